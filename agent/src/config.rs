@@ -1,0 +1,397 @@
+//! Agent configuration: an optional TOML file, overridden by command-line
+//! flags, with the server list falling back to `BERTH_SERVER`.
+//!
+//! ```toml
+//! host = "gpu017"                      # default: this machine's hostname
+//! servers = ["10.0.0.1:7100", "10.0.0.2:7100"]
+//! work_dir = "/scratch"                # default: the agent's current dir
+//! heartbeat_interval_ms = 1000         # the server's RegisterResponse wins
+//! stop_grace_s = 30                    # when an assignment says 0
+//! cpus = 4                             # override discovered CPUs
+//! memory_mb = 8192                     # override discovered memory
+//! ```
+//!
+//! `cpus` and `memory_mb` replace what the agent discovers; they exist so
+//! that tests and `berthd dev` can make small fake hosts. Checking declared
+//! against discovered inventory (and draining on mismatch) comes later.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Default heartbeat period until the server says otherwise, in ms.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1000;
+/// Shortest heartbeat period accepted from config or server, in ms.
+pub const HEARTBEAT_INTERVAL_MIN_MS: u64 = 10;
+/// Longest heartbeat period accepted from config or server, in ms.
+pub const HEARTBEAT_INTERVAL_MAX_MS: u64 = 600_000;
+/// Default SIGTERM-to-SIGKILL grace when an assignment gives 0, in s.
+pub const DEFAULT_STOP_GRACE_S: u64 = 30;
+/// Largest stop grace accepted in the config, in s (one day).
+pub const STOP_GRACE_MAX_S: u64 = 86_400;
+/// Most servers accepted in the list.
+pub const SERVERS_MAX: usize = 64;
+/// Environment variable holding the comma-separated server list.
+pub const SERVER_ENV: &str = "BERTH_SERVER";
+
+/// Errors loading or validating the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    // The io error is part of the message, not a `source`, so a printed
+    // error chain does not say it twice.
+    #[error("cannot read config file {path}: {error}")]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+    #[error(
+        "no servers given: pass --server HOST:PORT[,HOST:PORT...], set `servers` in the \
+         config file, or set {SERVER_ENV}"
+    )]
+    NoServers,
+    #[error("cannot determine this host's name ({0}); set `host` or pass --host")]
+    NoHostname(String),
+    #[error("cannot determine the current directory for work_dir: {0}")]
+    NoWorkDir(std::io::Error),
+}
+
+/// The config file as written. Every key is optional; unknown keys are
+/// rejected so a typo does not silently fall back to a default.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub host: Option<String>,
+    pub servers: Option<Vec<String>>,
+    pub work_dir: Option<PathBuf>,
+    pub heartbeat_interval_ms: Option<u64>,
+    pub stop_grace_s: Option<u64>,
+    pub cpus: Option<u32>,
+    pub memory_mb: Option<u64>,
+}
+
+impl FileConfig {
+    /// Parses TOML text; `path` only names the file in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let message = match e.span() {
+                Some(span) => {
+                    let (line, column) = line_column(text, span.start);
+                    format!("line {line}, column {column}: {}", e.message())
+                }
+                None => e.message().to_string(),
+            };
+            ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            }
+        })
+    }
+
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        Self::parse(&text, path)
+    }
+}
+
+/// Values given on the command line; each one replaces the file's.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub servers: Vec<String>,
+    pub host: Option<String>,
+    pub work_dir: Option<PathBuf>,
+}
+
+/// The resolved configuration the agent runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub host: String,
+    pub servers: Vec<String>,
+    pub work_dir: PathBuf,
+    pub heartbeat_interval_ms: u64,
+    pub stop_grace_s: u64,
+    pub cpus: Option<u32>,
+    pub memory_mb: Option<u64>,
+}
+
+impl Config {
+    /// Merges file, flags and environment. Precedence: flags, then the file,
+    /// then `env_servers` (the value of `BERTH_SERVER`) for the server list.
+    /// `origin` names where the file values came from, for errors.
+    pub fn resolve(
+        file: FileConfig,
+        origin: &str,
+        overrides: Overrides,
+        env_servers: Option<&str>,
+    ) -> Result<Self, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
+
+        let servers = if !overrides.servers.is_empty() {
+            overrides.servers
+        } else if let Some(s) = file.servers {
+            s
+        } else {
+            env_servers.map(split_servers).unwrap_or_default()
+        };
+        let servers: Vec<String> = servers.iter().map(|s| s.trim().to_string()).collect();
+        if servers.is_empty() {
+            return Err(ConfigError::NoServers);
+        }
+        if servers.len() > SERVERS_MAX {
+            return Err(invalid(format!(
+                "{} servers given, at most {SERVERS_MAX} are accepted",
+                servers.len()
+            )));
+        }
+        for s in &servers {
+            validate_server(s).map_err(&invalid)?;
+        }
+
+        let host = match overrides.host.or(file.host) {
+            Some(h) => h.trim().to_string(),
+            None => crate::inventory::hostname().map_err(ConfigError::NoHostname)?,
+        };
+        if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c == ',') {
+            return Err(invalid(format!(
+                "host {host:?} must be non-empty, without spaces or commas"
+            )));
+        }
+
+        let work_dir = match overrides.work_dir.or(file.work_dir) {
+            Some(d) => d,
+            None => std::env::current_dir().map_err(ConfigError::NoWorkDir)?,
+        };
+
+        let heartbeat_interval_ms = file
+            .heartbeat_interval_ms
+            .unwrap_or(DEFAULT_HEARTBEAT_INTERVAL_MS);
+        if !(HEARTBEAT_INTERVAL_MIN_MS..=HEARTBEAT_INTERVAL_MAX_MS).contains(&heartbeat_interval_ms)
+        {
+            return Err(invalid(format!(
+                "heartbeat_interval_ms = {heartbeat_interval_ms} is outside \
+                 {HEARTBEAT_INTERVAL_MIN_MS}..={HEARTBEAT_INTERVAL_MAX_MS}"
+            )));
+        }
+        let stop_grace_s = file.stop_grace_s.unwrap_or(DEFAULT_STOP_GRACE_S);
+        if stop_grace_s > STOP_GRACE_MAX_S {
+            return Err(invalid(format!(
+                "stop_grace_s = {stop_grace_s} is above the maximum {STOP_GRACE_MAX_S}"
+            )));
+        }
+        if file.cpus == Some(0) {
+            return Err(invalid("cpus must be at least 1".to_string()));
+        }
+        if file.memory_mb == Some(0) {
+            return Err(invalid("memory_mb must be at least 1".to_string()));
+        }
+
+        Ok(Config {
+            host,
+            servers,
+            work_dir,
+            heartbeat_interval_ms,
+            stop_grace_s,
+            cpus: file.cpus,
+            memory_mb: file.memory_mb,
+        })
+    }
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.chars().rev().take_while(|&c| c != '\n').count() + 1;
+    (line, column)
+}
+
+/// Splits a comma-separated server list, dropping empty items.
+pub fn split_servers(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// A server is `host:port`, optionally with an `http://` or `https://`
+/// scheme in front.
+fn validate_server(s: &str) -> Result<(), String> {
+    let bare = s
+        .strip_prefix("http://")
+        .or_else(|| s.strip_prefix("https://"))
+        .unwrap_or(s);
+    let ok = match bare.rsplit_once(':') {
+        Some((host, port)) => {
+            !host.is_empty() && !host.contains(char::is_whitespace) && port.parse::<u16>().is_ok()
+        }
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("server {s:?} is not HOST:PORT"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn path() -> &'static Path {
+        Path::new("/etc/berth/agent.toml")
+    }
+
+    fn with_host(file: FileConfig) -> FileConfig {
+        FileConfig {
+            host: Some("h1".into()),
+            ..file
+        }
+    }
+
+    #[test]
+    fn parses_all_keys() {
+        let text = r#"
+            host = "gpu017"
+            servers = ["10.0.0.1:7100", "10.0.0.2:7100"]
+            work_dir = "/scratch"
+            heartbeat_interval_ms = 250
+            stop_grace_s = 5
+            cpus = 4
+            memory_mb = 8192
+        "#;
+        let file = FileConfig::parse(text, path()).unwrap();
+        let cfg = Config::resolve(file, "agent.toml", Overrides::default(), None).unwrap();
+        assert_eq!(cfg.host, "gpu017");
+        assert_eq!(cfg.servers, vec!["10.0.0.1:7100", "10.0.0.2:7100"]);
+        assert_eq!(cfg.work_dir, PathBuf::from("/scratch"));
+        assert_eq!(cfg.heartbeat_interval_ms, 250);
+        assert_eq!(cfg.stop_grace_s, 5);
+        assert_eq!(cfg.cpus, Some(4));
+        assert_eq!(cfg.memory_mb, Some(8192));
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_and_named() {
+        let err = FileConfig::parse("host = \"a\"\nheartbeat_ms = 5\n", path()).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("/etc/berth/agent.toml"), "{msg}");
+        assert!(msg.contains("heartbeat_ms"), "{msg}");
+        assert!(msg.contains("line 2, column 1"), "{msg}");
+    }
+
+    #[test]
+    fn wrong_type_is_rejected() {
+        let err = FileConfig::parse("cpus = \"four\"\n", path()).unwrap_err();
+        assert!(matches!(err, ConfigError::Parse { .. }));
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let file = with_host(FileConfig {
+            servers: Some(vec!["a:1".into()]),
+            work_dir: Some("/w".into()),
+            ..Default::default()
+        });
+        let cfg = Config::resolve(file, "f", Overrides::default(), None).unwrap();
+        assert_eq!(cfg.heartbeat_interval_ms, DEFAULT_HEARTBEAT_INTERVAL_MS);
+        assert_eq!(cfg.stop_grace_s, DEFAULT_STOP_GRACE_S);
+        assert_eq!(cfg.cpus, None);
+    }
+
+    #[test]
+    fn flags_beat_file_and_file_beats_env() {
+        let file = with_host(FileConfig {
+            servers: Some(vec!["file:1".into()]),
+            ..Default::default()
+        });
+        let flags = Overrides {
+            servers: vec!["flag:1".into()],
+            host: Some("flaghost".into()),
+            work_dir: Some("/flag".into()),
+        };
+        let cfg = Config::resolve(file.clone(), "f", flags, Some("env:1")).unwrap();
+        assert_eq!(cfg.servers, vec!["flag:1"]);
+        assert_eq!(cfg.host, "flaghost");
+        assert_eq!(cfg.work_dir, PathBuf::from("/flag"));
+
+        let cfg = Config::resolve(file, "f", Overrides::default(), Some("env:1")).unwrap();
+        assert_eq!(cfg.servers, vec!["file:1"]);
+
+        let cfg = Config::resolve(
+            with_host(FileConfig::default()),
+            "f",
+            Overrides::default(),
+            Some("env:1, env:2,"),
+        )
+        .unwrap();
+        assert_eq!(cfg.servers, vec!["env:1", "env:2"]);
+    }
+
+    #[test]
+    fn missing_servers_is_an_error() {
+        let err = Config::resolve(
+            with_host(FileConfig::default()),
+            "f",
+            Overrides::default(),
+            None,
+        )
+        .unwrap_err();
+        assert!(matches!(err, ConfigError::NoServers));
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        let base = with_host(FileConfig {
+            servers: Some(vec!["a:1".into()]),
+            ..Default::default()
+        });
+        let bad = [
+            FileConfig {
+                servers: Some(vec!["no-port".into()]),
+                ..base.clone()
+            },
+            FileConfig {
+                heartbeat_interval_ms: Some(0),
+                ..base.clone()
+            },
+            FileConfig {
+                stop_grace_s: Some(STOP_GRACE_MAX_S + 1),
+                ..base.clone()
+            },
+            FileConfig {
+                cpus: Some(0),
+                ..base.clone()
+            },
+            FileConfig {
+                host: Some("two words".into()),
+                ..base.clone()
+            },
+        ];
+        for file in bad {
+            let err = Config::resolve(file.clone(), "agent.toml", Overrides::default(), None)
+                .expect_err(&format!("{file:?} should be rejected"));
+            assert!(err.to_string().starts_with("agent.toml: "), "{err}");
+        }
+    }
+
+    #[test]
+    fn server_forms() {
+        assert!(validate_server("127.0.0.1:7100").is_ok());
+        assert!(validate_server("http://node1:7100").is_ok());
+        assert!(validate_server("[::1]:7100").is_ok());
+        assert!(validate_server("node1").is_err());
+        assert!(validate_server("node1:http").is_err());
+        assert!(validate_server(":7100").is_err());
+    }
+}

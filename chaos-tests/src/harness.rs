@@ -1,0 +1,331 @@
+//! A real Berth cluster on loopback, as child processes: `berthd` nodes,
+//! each with its own RocksDB directory, and `berth-agent`s. Used by the
+//! integration tests and by `berth-drill`. Every wait has a deadline.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth_proto::api::berth_api_client::BerthApiClient;
+use berth_proto::api::{ClusterStatusRequest, ClusterStatusResponse};
+use tonic::transport::{Channel, Endpoint};
+
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("{binary} not found in {dir}; build the binaries first: cargo build --workspace --bins")]
+    MissingBinary { binary: String, dir: PathBuf },
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("timed out after {waited_ms} ms waiting for {what}")]
+    Timeout { what: String, waited_ms: u64 },
+    #[error("no node {0} in this cluster")]
+    NoSuchNode(u64),
+    #[error("rpc: {0}")]
+    Rpc(String),
+}
+
+/// Where the workspace's binaries are: `BERTH_BIN_DIR`, else the cargo
+/// target directory the running test binary lives in.
+pub fn bin_dir() -> Result<PathBuf, HarnessError> {
+    if let Ok(dir) = std::env::var("BERTH_BIN_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe()?;
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    Ok(dir)
+}
+
+fn binary(dir: &Path, name: &str) -> Result<PathBuf, HarnessError> {
+    let path = dir.join(name);
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(HarnessError::MissingBinary {
+            binary: name.into(),
+            dir: dir.to_path_buf(),
+        })
+    }
+}
+
+/// A free loopback port. The port is released before use, so another
+/// process could take it in between; tests tolerate that as a startup
+/// failure rather than a wrong result.
+fn free_port() -> Result<u16, HarnessError> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+struct NodeProc {
+    id: u64,
+    addr: String,
+    config_path: PathBuf,
+    child: Option<Child>,
+}
+
+/// A running local cluster. Dropping it kills every process it started.
+pub struct LocalCluster {
+    pub dir: PathBuf,
+    berthd: PathBuf,
+    agent_bin: PathBuf,
+    nodes: Vec<NodeProc>,
+    agents: Vec<Child>,
+}
+
+/// Knobs for [`LocalCluster::start`].
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub nodes: u64,
+    pub agents: u32,
+    /// CPUs each agent declares (0: what the machine has).
+    pub agent_cpus: u32,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            nodes: 3,
+            agents: 1,
+            agent_cpus: 0,
+        }
+    }
+}
+
+impl LocalCluster {
+    /// Writes configs under `dir` and starts every node and agent.
+    pub fn start(dir: &Path, options: &ClusterOptions) -> Result<LocalCluster, HarnessError> {
+        let bins = bin_dir()?;
+        let berthd = binary(&bins, "berthd")?;
+        let agent_bin = binary(&bins, "berth-agent")?;
+        std::fs::create_dir_all(dir)?;
+        let mut members = Vec::new();
+        for id in 1..=options.nodes {
+            members.push((id, format!("127.0.0.1:{}", free_port()?)));
+        }
+        let member_toml: String = members
+            .iter()
+            .map(|(id, addr)| format!("[[members]]\nid = {id}\naddr = \"{addr}\"\n"))
+            .collect();
+        let mut nodes = Vec::new();
+        for (id, addr) in &members {
+            let config = format!(
+                "node_id = {id}\nlisten = \"{addr}\"\ndata_dir = \"{}\"\nbootstrap = {}\n{member_toml}\n\
+                 [agents]\nheartbeat_interval_ms = 500\nheartbeat_timeout_ms = 5000\nstop_grace_s = 5\n",
+                dir.join(format!("node-{id}")).display(),
+                *id == 1,
+            );
+            let config_path = dir.join(format!("node-{id}.toml"));
+            std::fs::write(&config_path, config)?;
+            nodes.push(NodeProc {
+                id: *id,
+                addr: addr.clone(),
+                config_path,
+                child: None,
+            });
+        }
+        let mut cluster = LocalCluster {
+            dir: dir.to_path_buf(),
+            berthd,
+            agent_bin,
+            nodes,
+            agents: Vec::new(),
+        };
+        for id in 1..=options.nodes {
+            cluster.start_node(id)?;
+        }
+        for i in 1..=options.agents {
+            cluster.start_agent(i, options.agent_cpus)?;
+        }
+        Ok(cluster)
+    }
+
+    fn log_file(&self, name: &str) -> Result<(Stdio, Stdio), HarnessError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(name))?;
+        Ok((Stdio::from(file.try_clone()?), Stdio::from(file)))
+    }
+
+    pub fn start_node(&mut self, id: u64) -> Result<(), HarnessError> {
+        let (out, err) = self.log_file(&format!("node-{id}.log"))?;
+        let berthd = self.berthd.clone();
+        let node = self.node_mut(id)?;
+        let child = Command::new(berthd)
+            .arg("--config")
+            .arg(&node.config_path)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    fn start_agent(&mut self, i: u32, cpus: u32) -> Result<(), HarnessError> {
+        let (out, err) = self.log_file(&format!("agent-{i}.log"))?;
+        let work = self.dir.join("work");
+        std::fs::create_dir_all(&work)?;
+        let mut cmd = Command::new(&self.agent_bin);
+        cmd.arg("--server")
+            .arg(self.servers().join(","))
+            .arg("--host")
+            .arg(format!("test-host-{i}"))
+            .arg("--work-dir")
+            .arg(&work);
+        if cpus > 0 {
+            let config = self.dir.join(format!("agent-{i}.toml"));
+            std::fs::write(&config, format!("cpus = {cpus}\n"))?;
+            cmd.arg("--config").arg(config);
+        }
+        let child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn()?;
+        self.agents.push(child);
+        Ok(())
+    }
+
+    fn node_mut(&mut self, id: u64) -> Result<&mut NodeProc, HarnessError> {
+        self.nodes
+            .iter_mut()
+            .find(|n| n.id == id)
+            .ok_or(HarnessError::NoSuchNode(id))
+    }
+
+    /// gRPC addresses of every node, running or not.
+    pub fn servers(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.addr.clone()).collect()
+    }
+
+    /// Addresses of the nodes currently running.
+    pub fn live_servers(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .map(|n| n.addr.clone())
+            .collect()
+    }
+
+    /// kill -9 a node.
+    pub fn kill_node(&mut self, id: u64) -> Result<(), HarnessError> {
+        let node = self.node_mut(id)?;
+        if let Some(mut child) = node.child.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// kill -9 every node (agents keep running).
+    pub fn kill_all_nodes(&mut self) -> Result<(), HarnessError> {
+        let ids: Vec<u64> = self.nodes.iter().map(|n| n.id).collect();
+        for id in ids {
+            self.kill_node(id)?;
+        }
+        Ok(())
+    }
+
+    /// Starts every node that is not running.
+    pub fn start_stopped_nodes(&mut self) -> Result<(), HarnessError> {
+        let ids: Vec<u64> = self.nodes.iter().filter(|n| n.child.is_none()).map(|n| n.id).collect();
+        for id in ids {
+            self.start_node(id)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until a running node is leader and every running node agrees.
+    /// Returns the leader's id.
+    pub async fn wait_for_leader(&self, deadline: Duration) -> Result<u64, HarnessError> {
+        let start = Instant::now();
+        loop {
+            if let Some(leader) = self.agreed_leader().await {
+                return Ok(leader);
+            }
+            if start.elapsed() > deadline {
+                return Err(HarnessError::Timeout {
+                    what: "an agreed leader".into(),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn agreed_leader(&self) -> Option<u64> {
+        let mut leader = None;
+        for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+            let status = status_of(&node.addr).await.ok()?;
+            if status.leader_id == 0 {
+                return None;
+            }
+            let running = self.nodes.iter().any(|n| n.id == status.leader_id && n.child.is_some());
+            if !running || leader.is_some_and(|l| l != status.leader_id) {
+                return None;
+            }
+            leader = Some(status.leader_id);
+        }
+        leader
+    }
+
+    /// A client for any running node that answers.
+    pub async fn client(&self) -> Result<BerthApiClient<Channel>, HarnessError> {
+        let mut last = String::from("no node is running");
+        for addr in self.live_servers() {
+            match connect(&addr).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(HarnessError::Rpc(last))
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for agent in self.agents.iter_mut() {
+            // SIGTERM first so the agent stops its jobs; then make sure.
+            // SAFETY: kill(2) on a child we spawned.
+            unsafe {
+                libc::kill(agent.id() as i32, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for agent in self.agents.iter_mut() {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = agent.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = agent.kill();
+            let _ = agent.wait();
+        }
+        for node in self.nodes.iter_mut() {
+            if let Some(mut child) = node.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+pub async fn connect(addr: &str) -> Result<BerthApiClient<Channel>, HarnessError> {
+    let channel = Endpoint::from_shared(format!("http://{addr}"))
+        .map_err(|e| HarnessError::Rpc(e.to_string()))?
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(10))
+        .connect()
+        .await
+        .map_err(|e| HarnessError::Rpc(format!("{addr}: {e}")))?;
+    Ok(BerthApiClient::new(channel))
+}
+
+pub async fn status_of(addr: &str) -> Result<ClusterStatusResponse, HarnessError> {
+    let mut client = connect(addr).await?;
+    client
+        .cluster_status(ClusterStatusRequest {})
+        .await
+        .map(|r| r.into_inner())
+        .map_err(|e| HarnessError::Rpc(e.to_string()))
+}

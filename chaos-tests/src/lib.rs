@@ -1,0 +1,4 @@
+//! Fault drills and the local-cluster harness they and the integration
+//! tests run on.
+
+pub mod harness;

@@ -1,0 +1,90 @@
+//! berth-drill: fault drills against a real Berth cluster.
+//!
+//! `berth-drill failover` starts a local 3-node cluster (processes on
+//! loopback), then repeatedly kills the leader with SIGKILL, measures the
+//! time until the survivors agree on a new leader, and restarts the killed
+//! node. It prints each round and the distribution.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use berth_chaos::harness::{ClusterOptions, LocalCluster};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "berth-drill", version, about = "Fault drills against a Berth cluster")]
+struct Cli {
+    #[command(subcommand)]
+    drill: Drill,
+}
+
+#[derive(Subcommand)]
+enum Drill {
+    /// Kill the leader N times; report time to a new agreed leader.
+    Failover {
+        /// Number of leader kills.
+        #[arg(long, default_value_t = 10)]
+        rounds: u32,
+        /// Directory for the cluster's data and logs (default: a temp dir).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+}
+
+/// Longest the drill waits for any leader before it gives up.
+const LEADER_DEADLINE: Duration = Duration::from_secs(30);
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("berth-drill: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("berth-drill: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.drill {
+        Drill::Failover { rounds, dir } => failover(rounds, dir).await,
+    }
+}
+
+async fn failover(rounds: u32, dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let dir = dir.unwrap_or_else(|| tmp.path().to_path_buf());
+    let options = ClusterOptions {
+        agents: 0,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = LocalCluster::start(&dir, &options).context("starting the cluster")?;
+    let mut samples_ms = Vec::new();
+    for round in 1..=rounds {
+        let leader = cluster.wait_for_leader(LEADER_DEADLINE).await?;
+        let killed_at = Instant::now();
+        cluster.kill_node(leader)?;
+        let new_leader = cluster.wait_for_leader(LEADER_DEADLINE).await?;
+        let ms = killed_at.elapsed().as_secs_f64() * 1000.0;
+        println!("round {round}: killed node {leader}, node {new_leader} leads after {ms:.0} ms");
+        samples_ms.push(ms);
+        cluster.start_stopped_nodes()?;
+    }
+    samples_ms.sort_by(f64::total_cmp);
+    if let (Some(min), Some(max)) = (samples_ms.first(), samples_ms.last()) {
+        let p50 = samples_ms[samples_ms.len() / 2];
+        println!(
+            "failover to agreed leader over {} rounds: min {min:.0} ms, p50 {p50:.0} ms, max {max:.0} ms",
+            samples_ms.len()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,165 @@
+//! End-to-end tests on a real 3-node cluster of `berthd` processes (each
+//! with its own RocksDB directory) and a real `berth-agent` running real
+//! processes, all on loopback. Every wait is a condition with a deadline.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use berth_chaos::harness::{status_of, ClusterOptions, LocalCluster};
+use berth_proto::api::{GetJobRequest, JobSpec, JobState, ListJobsRequest, SubmitJobRequest};
+
+const LEADER_DEADLINE: Duration = Duration::from_secs(30);
+const JOB_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Submits through any live node, retrying on another with the same
+/// request id (idempotent) while the cluster elects a leader.
+async fn submit(cluster: &LocalCluster, request_id: &str, command: &str) -> u64 {
+    let start = Instant::now();
+    loop {
+        let attempt = async {
+            let mut client = cluster.client().await.map_err(|e| e.to_string())?;
+            client
+                .submit_job(SubmitJobRequest {
+                    request_id: request_id.into(),
+                    spec: Some(JobSpec {
+                        name: "e2e".into(),
+                        user: "tester".into(),
+                        command: command.into(),
+                        cpus: 1,
+                        ..Default::default()
+                    }),
+                })
+                .await
+                .map(|r| r.into_inner().job_id)
+                .map_err(|e| e.to_string())
+        };
+        match attempt.await {
+            Ok(id) => return id,
+            Err(e) if start.elapsed() < JOB_DEADLINE => {
+                eprintln!("submit retry: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("submit failed for {JOB_DEADLINE:?}: {e}"),
+        }
+    }
+}
+
+async fn wait_for_state(cluster: &LocalCluster, job_id: u64, want: JobState) {
+    let start = Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < JOB_DEADLINE {
+        if let Ok(mut client) = cluster.client().await {
+            match client.get_job(GetJobRequest { job_id, stale: false }).await {
+                Ok(job) => {
+                    let job = job.into_inner();
+                    if job.state == want as i32 {
+                        return;
+                    }
+                    last = format!("state {:?} reason {}", JobState::try_from(job.state), job.reason);
+                }
+                Err(e) => last = e.to_string(),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("job {job_id} did not reach {want:?} within {JOB_DEADLINE:?}; last seen: {last}");
+}
+
+async fn all_job_ids(cluster: &LocalCluster) -> Vec<u64> {
+    let states = [
+        JobState::Pending,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+    ];
+    let mut client = cluster.client().await.expect("client");
+    let jobs = client
+        .list_jobs(ListJobsRequest {
+            states: states.iter().map(|s| *s as i32).collect(),
+            ..Default::default()
+        })
+        .await
+        .expect("list jobs")
+        .into_inner()
+        .jobs;
+    jobs.iter().map(|j| j.job_id).collect()
+}
+
+fn read_output(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_runs_and_cluster_survives_leader_kill() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cluster = LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await.expect("first leader");
+
+    let out1 = tmp.path().join("job1.txt");
+    let job1 = submit(&cluster, "e2e-job-1", &format!("echo first > {}", out1.display())).await;
+    wait_for_state(&cluster, job1, JobState::Completed).await;
+    assert_eq!(read_output(&out1), "first\n");
+
+    // Abrupt leader loss: a new leader within 3 s.
+    let killed_at = Instant::now();
+    cluster.kill_node(leader).expect("kill leader");
+    let new_leader = cluster.wait_for_leader(Duration::from_secs(3)).await.expect("new leader within 3 s");
+    let failover = killed_at.elapsed();
+    eprintln!("leader {leader} killed; node {new_leader} leads after {failover:?}");
+    assert_ne!(new_leader, leader);
+    assert!(failover <= Duration::from_secs(3), "failover took {failover:?}");
+
+    let out2 = tmp.path().join("job2.txt");
+    let job2 = submit(&cluster, "e2e-job-2", &format!("echo second > {}", out2.display())).await;
+    wait_for_state(&cluster, job2, JobState::Completed).await;
+    assert_eq!(read_output(&out2), "second\n");
+
+    // Both jobs exactly once, with distinct ids.
+    let ids = all_job_ids(&cluster).await;
+    assert_eq!(ids, vec![job1, job2], "jobs after failover");
+    assert_ne!(job1, job2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_of_all_nodes_keeps_jobs_and_id_counter() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cluster = LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    cluster.wait_for_leader(LEADER_DEADLINE).await.expect("leader");
+
+    let ok = submit(&cluster, "restart-ok", "exit 0").await;
+    let bad = submit(&cluster, "restart-bad", "exit 3").await;
+    wait_for_state(&cluster, ok, JobState::Completed).await;
+    wait_for_state(&cluster, bad, JobState::Failed).await;
+    let before_ids = all_job_ids(&cluster).await;
+    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await.expect("leader");
+    let addr = cluster.servers()[(leader - 1) as usize].clone();
+    let next_before = status_of(&addr).await.expect("status").next_job_id;
+
+    cluster.kill_all_nodes().expect("kill all");
+    cluster.start_stopped_nodes().expect("restart");
+    cluster.wait_for_leader(LEADER_DEADLINE).await.expect("leader after restart");
+
+    assert_eq!(all_job_ids(&cluster).await, before_ids);
+    wait_for_state(&cluster, ok, JobState::Completed).await;
+    wait_for_state(&cluster, bad, JobState::Failed).await;
+    // Every node, once caught up, has the same id counter as before.
+    let start = Instant::now();
+    let mut counters = BTreeSet::new();
+    while start.elapsed() < LEADER_DEADLINE {
+        counters.clear();
+        for addr in cluster.servers() {
+            counters.insert(status_of(&addr).await.map(|s| s.next_job_id).unwrap_or(0));
+        }
+        if counters.len() == 1 && counters.contains(&next_before) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(counters.into_iter().collect::<Vec<_>>(), vec![next_before]);
+
+    // A retried submit from before the restart is still recognised, and a
+    // new one takes the next id.
+    assert_eq!(submit(&cluster, "restart-ok", "exit 0").await, ok);
+    assert_eq!(submit(&cluster, "restart-new", "exit 0").await, next_before);
+}

@@ -1,0 +1,401 @@
+//! The public API (`berth.v1.BerthApi`).
+//!
+//! Writes go through [`Node::propose`] (forwarded to the leader when this
+//! node is a follower). Reads are linearizable unless the request says
+//! `stale`: the leader answers after a read-index barrier, and a follower
+//! hands the read to the leader.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use berth_proto::api::berth_api_client::BerthApiClient;
+use berth_proto::api::berth_api_server::BerthApi;
+use berth_proto::api::*;
+use berth_raft_store::{state::validate_submit, Command, Response as SmResponse};
+use berth_scheduler::{fits, Host as SchedHost, JobState as SmJobState};
+use futures::Stream;
+use openraft::BasicNode;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::network::channel;
+use crate::node::{Node, ProposeError};
+
+/// Most jobs one ListJobs answer carries.
+pub const LIST_JOBS_MAX: usize = 10_000;
+/// Events buffered per WatchJobEvents stream before the sender waits.
+const EVENT_STREAM_BUFFER: usize = 64;
+
+pub struct ApiService {
+    pub node: Arc<Node>,
+    leader_api: Mutex<Option<(String, BerthApiClient<Channel>)>>,
+}
+
+impl ApiService {
+    pub fn new(node: Arc<Node>) -> ApiService {
+        ApiService {
+            node,
+            leader_api: Mutex::new(None),
+        }
+    }
+
+    /// A client for the leader's API, when this node is not the leader.
+    fn leader_client(&self) -> Result<Option<BerthApiClient<Channel>>, Status> {
+        if self.node.is_leader() {
+            return Ok(None);
+        }
+        let Some((_, addr)) = self.node.leader() else {
+            return Err(ProposeError::NoLeader.into());
+        };
+        let mut cached = self.leader_api.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((a, c)) = cached.as_ref() {
+            if *a == addr {
+                return Ok(Some(c.clone()));
+            }
+        }
+        let ch = channel(&addr).map_err(|e| Status::unavailable(format!("leader {addr}: {e}")))?;
+        let client = BerthApiClient::new(ch)
+            .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
+        *cached = Some((addr, client.clone()));
+        Ok(Some(client))
+    }
+
+    fn reason_of(&self, record: &berth_raft_store::JobRecord) -> berth_scheduler::Reason {
+        let reasons = self.node.last_reasons.lock().unwrap_or_else(|p| p.into_inner());
+        convert::effective_reason(record, reasons.get(&record.job.id))
+    }
+
+    fn job_proto(&self, job_id: u64) -> Result<Job, Status> {
+        self.node
+            .read(|s| s.job(job_id).map(|r| convert::job_to_proto(r, &self.reason_of(r))))
+            .ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))
+    }
+}
+
+fn rejected(reason: String) -> Status {
+    Status::invalid_argument(reason)
+}
+
+fn unexpected(r: SmResponse) -> Status {
+    Status::internal(format!("unexpected state-machine answer {r:?}"))
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<JobEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl BerthApi for ApiService {
+    async fn submit_job(&self, request: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {
+        let req = request.into_inner();
+        let spec = convert::spec_from_proto(req.spec.ok_or_else(|| rejected("spec is required".into()))?);
+        validate_submit(&req.request_id, &spec).map_err(rejected)?;
+        let command = Command::SubmitJob {
+            request_id: req.request_id,
+            spec,
+            now_ms: 0,
+        };
+        match self.node.propose(command).await? {
+            SmResponse::Submitted { job_id, duplicate } => Ok(Response::new(SubmitJobResponse { job_id, duplicate })),
+            SmResponse::Rejected { reason } => Err(rejected(reason)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn cancel_job(&self, request: Request<CancelJobRequest>) -> Result<Response<CancelJobResponse>, Status> {
+        let job_id = request.into_inner().job_id;
+        match self.node.propose(Command::CancelJob { job_id, now_ms: 0 }).await? {
+            SmResponse::Cancelled { previous_state } => Ok(Response::new(CancelJobResponse {
+                previous_state: convert::state_to_proto(previous_state) as i32,
+            })),
+            SmResponse::Rejected { reason } => Err(Status::failed_precondition(reason)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<Job>, Status> {
+        let req = request.into_inner();
+        if !req.stale {
+            if let Some(mut leader) = self.leader_client()? {
+                return leader.get_job(req).await;
+            }
+            self.node.read_barrier().await?;
+        }
+        Ok(Response::new(self.job_proto(req.job_id)?))
+    }
+
+    async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
+        let req = request.into_inner();
+        if !req.stale {
+            if let Some(mut leader) = self.leader_client()? {
+                return leader.list_jobs(req).await;
+            }
+            self.node.read_barrier().await?;
+        }
+        let mut states = Vec::new();
+        for s in &req.states {
+            let parsed = JobState::try_from(*s)
+                .ok()
+                .and_then(convert::state_from_proto)
+                .ok_or_else(|| rejected(format!("unknown job state {s}")))?;
+            states.push(parsed);
+        }
+        if states.is_empty() {
+            states = vec![SmJobState::Pending, SmJobState::Running];
+        }
+        let limit = match req.limit as usize {
+            0 => LIST_JOBS_MAX,
+            n => n.min(LIST_JOBS_MAX),
+        };
+        let (jobs, truncated) = self.node.read(|s| {
+            let mut matched = s
+                .jobs()
+                .filter(|r| states.contains(&r.job.state))
+                .filter(|r| req.user.is_empty() || r.job.spec.user == req.user);
+            let jobs: Vec<Job> = matched
+                .by_ref()
+                .take(limit)
+                .map(|r| convert::job_to_proto(r, &self.reason_of(r)))
+                .collect();
+            (jobs, matched.next().is_some())
+        });
+        Ok(Response::new(ListJobsResponse { jobs, truncated }))
+    }
+
+    async fn explain_job(&self, request: Request<ExplainJobRequest>) -> Result<Response<ExplainJobResponse>, Status> {
+        let req = request.into_inner();
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.explain_job(req).await;
+        }
+        let job = self.job_proto(req.job_id)?;
+        let now = Instant::now();
+        let hosts = self.node.read(|s| {
+            let Some(record) = s.job(req.job_id) else {
+                return Vec::new();
+            };
+            if record.job.state != SmJobState::Pending {
+                return Vec::new();
+            }
+            let request = record.job.spec.per_host();
+            s.hosts()
+                .map(|h| {
+                    let view = SchedHost {
+                        name: h.name.clone(),
+                        inventory: h.inventory.clone(),
+                        state: self.node.liveness.state(&h.name, now),
+                        allocated: h.allocated,
+                    };
+                    let lacks = match fits(&view, request) {
+                        Ok(()) => "nothing: fits now".to_string(),
+                        Err(lacks) => lacks.iter().map(|l| l.to_string()).collect::<Vec<_>>().join("; "),
+                    };
+                    HostRejection {
+                        host: h.name.clone(),
+                        lacks,
+                    }
+                })
+                .collect()
+        });
+        Ok(Response::new(ExplainJobResponse {
+            job_id: job.job_id,
+            state: job.state,
+            reason: job.reason,
+            reason_text: job.reason_text,
+            hosts,
+        }))
+    }
+
+    type WatchJobEventsStream = EventStream;
+
+    async fn watch_job_events(
+        &self,
+        request: Request<WatchJobEventsRequest>,
+    ) -> Result<Response<Self::WatchJobEventsStream>, Status> {
+        let job_id = request.into_inner().job_id;
+        self.job_proto(job_id)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(EVENT_STREAM_BUFFER);
+        let node = self.node.clone();
+        tokio::spawn(async move {
+            let mut applied = node.applied.clone();
+            let mut sent = 0usize;
+            loop {
+                let (fresh, done) = node.read(|s| match s.job(job_id) {
+                    Some(r) => (
+                        r.events.iter().skip(sent).map(|e| convert::event_to_proto(job_id, e)).collect::<Vec<_>>(),
+                        r.job.state.is_final(),
+                    ),
+                    None => (Vec::new(), true),
+                });
+                sent += fresh.len();
+                for event in fresh {
+                    if tx.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+                if done {
+                    return;
+                }
+                if applied.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn cluster_status(&self, _: Request<ClusterStatusRequest>) -> Result<Response<ClusterStatusResponse>, Status> {
+        let metrics = self.node.raft.metrics().borrow().clone();
+        let membership = metrics.membership_config.membership();
+        let voters: Vec<u64> = membership.voter_ids().collect();
+        let matched = metrics.replication.clone().unwrap_or_default();
+        let members = membership
+            .nodes()
+            .map(|(id, node): (&u64, &BasicNode)| Member {
+                node_id: *id,
+                addr: node.addr.clone(),
+                voter: voters.contains(id),
+                matched_index: matched.get(id).and_then(|m| m.map(|l| l.index)).unwrap_or(0),
+            })
+            .collect();
+        let leader_id = metrics.current_leader.unwrap_or(0);
+        let leader_addr = self.node.leader().map(|(_, a)| a).unwrap_or_default();
+        Ok(Response::new(ClusterStatusResponse {
+            node_id: self.node.id,
+            leader_id,
+            leader_addr,
+            term: metrics.current_term,
+            role: format!("{:?}", metrics.state),
+            commit_index: commit_index(&metrics, &voters),
+            applied_index: metrics.last_applied.map(|l| l.index).unwrap_or(0),
+            members,
+            next_job_id: self.node.read(|s| s.data.counters.next_job_id),
+        }))
+    }
+
+    async fn add_learner(&self, request: Request<AddLearnerRequest>) -> Result<Response<MembershipResponse>, Status> {
+        let req = request.into_inner();
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.add_learner(req).await;
+        }
+        if req.node_id == 0 || req.addr.is_empty() {
+            return Err(rejected("node_id (>= 1) and addr are required".into()));
+        }
+        let written = self
+            .node
+            .raft
+            .add_learner(req.node_id, BasicNode { addr: req.addr }, true)
+            .await
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        Ok(Response::new(MembershipResponse {
+            log_index: written.log_id.index,
+        }))
+    }
+
+    async fn change_membership(
+        &self,
+        request: Request<ChangeMembershipRequest>,
+    ) -> Result<Response<MembershipResponse>, Status> {
+        let req = request.into_inner();
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.change_membership(req).await;
+        }
+        if req.voter_ids.is_empty() {
+            return Err(rejected("voter_ids must not be empty".into()));
+        }
+        let written = self
+            .node
+            .raft
+            .change_membership(req.voter_ids.into_iter().collect::<std::collections::BTreeSet<_>>(), false)
+            .await
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        Ok(Response::new(MembershipResponse {
+            log_index: written.log_id.index,
+        }))
+    }
+
+    async fn list_hosts(&self, _: Request<ListHostsRequest>) -> Result<Response<ListHostsResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.list_hosts(ListHostsRequest {}).await;
+        }
+        let now = Instant::now();
+        let hosts = self.node.read(|s| {
+            s.hosts()
+                .map(|h| {
+                    let up = self.node.liveness.state(&h.name, now) == berth_scheduler::HostState::Up;
+                    convert::host_to_proto(h, up)
+                })
+                .collect()
+        });
+        Ok(Response::new(ListHostsResponse { hosts }))
+    }
+
+    async fn upsert_qos(&self, _: Request<Qos>) -> Result<Response<AdminResponse>, Status> {
+        Err(not_yet("QOS definitions"))
+    }
+    async fn list_qos(&self, _: Request<ListQosRequest>) -> Result<Response<ListQosResponse>, Status> {
+        Err(not_yet("QOS definitions"))
+    }
+    async fn upsert_account(&self, _: Request<Account>) -> Result<Response<AdminResponse>, Status> {
+        Err(not_yet("accounts"))
+    }
+    async fn list_accounts(&self, _: Request<ListAccountsRequest>) -> Result<Response<ListAccountsResponse>, Status> {
+        Err(not_yet("accounts"))
+    }
+    async fn upsert_partition(&self, _: Request<Partition>) -> Result<Response<AdminResponse>, Status> {
+        Err(not_yet("partitions"))
+    }
+    async fn list_partitions(
+        &self,
+        _: Request<ListPartitionsRequest>,
+    ) -> Result<Response<ListPartitionsResponse>, Status> {
+        Err(not_yet("partitions"))
+    }
+    async fn create_reservation(&self, _: Request<Reservation>) -> Result<Response<AdminResponse>, Status> {
+        Err(not_yet("reservations"))
+    }
+    async fn delete_reservation(&self, _: Request<DeleteReservationRequest>) -> Result<Response<AdminResponse>, Status> {
+        Err(not_yet("reservations"))
+    }
+    async fn list_reservations(
+        &self,
+        _: Request<ListReservationsRequest>,
+    ) -> Result<Response<ListReservationsResponse>, Status> {
+        Err(not_yet("reservations"))
+    }
+}
+
+/// Admin objects whose policy is not built yet answer UNIMPLEMENTED with
+/// words rather than pretending to store something that has no effect.
+fn not_yet(what: &str) -> Status {
+    Status::unimplemented(format!(
+        "{what} are part of the API but not implemented in this berthd yet (scheduler-core issue)"
+    ))
+}
+
+/// The commit index as this node can know it: on the leader, the highest
+/// index a majority of voters hold; elsewhere the applied index (a follower
+/// applies only committed entries, so it is a lower bound).
+fn commit_index(metrics: &openraft::RaftMetrics<u64, BasicNode>, voters: &[u64]) -> u64 {
+    let applied = metrics.last_applied.map(|l| l.index).unwrap_or(0);
+    let Some(replication) = metrics.replication.as_ref() else {
+        return applied;
+    };
+    let own = metrics.last_log_index.unwrap_or(0);
+    let mut matched: Vec<u64> = voters
+        .iter()
+        .map(|id| {
+            if *id == metrics.id {
+                own
+            } else {
+                replication.get(id).and_then(|m| m.map(|l| l.index)).unwrap_or(0)
+            }
+        })
+        .collect();
+    if matched.is_empty() {
+        return applied;
+    }
+    matched.sort_unstable_by(|a, b| b.cmp(a));
+    matched[matched.len() / 2].max(applied)
+}

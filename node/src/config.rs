@@ -1,0 +1,209 @@
+//! berthd's configuration file (TOML). Unknown keys are rejected so a typo
+//! never silently falls back to a default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// This node's Raft id; must appear in `members`.
+    pub node_id: u64,
+    /// gRPC address this node serves on (public API, agent protocol, Raft).
+    pub listen: SocketAddr,
+    /// Where the node keeps its RocksDB store.
+    pub data_dir: PathBuf,
+    /// Initialise the cluster from `members` if this node's store is new.
+    /// Set it on exactly one node; it is harmless on restart.
+    #[serde(default)]
+    pub bootstrap: bool,
+    /// The initial voters, this node included.
+    pub members: Vec<MemberConfig>,
+    #[serde(default)]
+    pub raft: RaftTimings,
+    #[serde(default)]
+    pub scheduler: SchedulerConfig,
+    #[serde(default)]
+    pub agents: AgentPolicy,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberConfig {
+    pub id: u64,
+    /// gRPC address, host:port.
+    pub addr: String,
+}
+
+/// Raft timings. Heartbeats every 100 ms and elections after 400–800 ms of
+/// silence: a crashed leader is replaced in well under a second on a LAN,
+/// while a GC pause or a slow fsync (tens of ms) never triggers an election.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftTimings {
+    pub heartbeat_interval_ms: u64,
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many log entries since the last one.
+    pub snapshot_every_entries: u64,
+    /// Entries kept in the log behind a snapshot, for followers that lag.
+    pub log_entries_kept_behind_snapshot: u64,
+}
+
+impl Default for RaftTimings {
+    fn default() -> Self {
+        RaftTimings {
+            heartbeat_interval_ms: 100,
+            election_timeout_min_ms: 400,
+            election_timeout_max_ms: 800,
+            snapshot_every_entries: 20_000,
+            log_entries_kept_behind_snapshot: 5_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// A pass runs this often, and also right after a submit or an exit.
+    pub pass_interval_ms: u64,
+    /// Jobs examined per pass at most.
+    pub max_jobs_per_pass: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            pass_interval_ms: 1_000,
+            max_jobs_per_pass: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentPolicy {
+    /// How often agents heartbeat.
+    pub heartbeat_interval_ms: u64,
+    /// A host not heard from for this long takes no new work.
+    pub heartbeat_timeout_ms: u64,
+    /// Seconds between SIGTERM and SIGKILL when a job is stopped.
+    pub stop_grace_s: u64,
+}
+
+impl Default for AgentPolicy {
+    fn default() -> Self {
+        AgentPolicy {
+            heartbeat_interval_ms: 1_000,
+            heartbeat_timeout_ms: 10_000,
+            stop_grace_s: 30,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("config {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("config {path}: {problem}")]
+    Invalid { path: PathBuf, problem: String },
+}
+
+impl NodeConfig {
+    pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let config: NodeConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        config.validate().map_err(|problem| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            problem,
+        })?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if self.node_id == 0 {
+            return Err("node_id must be at least 1".into());
+        }
+        if !self.members.iter().any(|m| m.id == self.node_id) {
+            return Err(format!("node_id {} is not listed in members", self.node_id));
+        }
+        let mut ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        if ids.len() != self.members.len() {
+            return Err("members lists the same id twice".into());
+        }
+        let r = &self.raft;
+        if r.heartbeat_interval_ms == 0 || r.election_timeout_min_ms <= r.heartbeat_interval_ms {
+            return Err("raft.election_timeout_min_ms must exceed raft.heartbeat_interval_ms (> 0)".into());
+        }
+        if r.election_timeout_max_ms <= r.election_timeout_min_ms {
+            return Err("raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms".into());
+        }
+        if self.scheduler.pass_interval_ms == 0 || self.scheduler.max_jobs_per_pass == 0 {
+            return Err("scheduler.pass_interval_ms and scheduler.max_jobs_per_pass must be > 0".into());
+        }
+        if self.agents.heartbeat_timeout_ms <= self.agents.heartbeat_interval_ms {
+            return Err("agents.heartbeat_timeout_ms must exceed agents.heartbeat_interval_ms".into());
+        }
+        Ok(())
+    }
+
+    pub fn member_addr(&self, id: u64) -> Option<&str> {
+        self.members.iter().find(|m| m.id == id).map(|m| m.addr.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+node_id = 1
+listen = "127.0.0.1:7101"
+data_dir = "/tmp/x"
+bootstrap = true
+[[members]]
+id = 1
+addr = "127.0.0.1:7101"
+"#;
+
+    #[test]
+    fn parses_with_defaults() {
+        let c: NodeConfig = toml::from_str(GOOD).expect("parse");
+        assert!(c.validate().is_ok());
+        assert_eq!(c.scheduler.pass_interval_ms, 1_000);
+    }
+
+    #[test]
+    fn unknown_key_is_rejected() {
+        let text = format!("{GOOD}\nbootsrap = false\n");
+        let err = toml::from_str::<NodeConfig>(&text).expect_err("typo accepted");
+        assert!(err.to_string().contains("bootsrap"), "{err}");
+    }
+
+    #[test]
+    fn node_must_be_a_member() {
+        let mut c: NodeConfig = toml::from_str(GOOD).expect("parse");
+        c.node_id = 2;
+        assert!(c.validate().unwrap_err().contains("not listed"));
+    }
+}

@@ -1,0 +1,148 @@
+//! Conversions between the wire types (`berth_proto`) and the scheduler's
+//! model. Kept in one place so the two never drift apart silently.
+
+use berth_proto::api;
+use berth_raft_store::{HostRecord, JobEvent, JobRecord};
+use berth_scheduler::{Inventory, JobSpec, JobState, Reason};
+
+pub fn spec_from_proto(s: api::JobSpec) -> JobSpec {
+    JobSpec {
+        name: s.name,
+        user: s.user,
+        command: s.command,
+        workdir: s.workdir,
+        env: s.env.into_iter().collect(),
+        cpus: s.cpus,
+        mem_mb: s.mem_mb,
+        nodes: s.nodes,
+        time_limit_s: s.time_limit_s,
+        partitions: s.partitions,
+        qos: s.qos,
+        account: s.account,
+        gres: s.gres,
+        stdout_path: s.stdout_path,
+        stderr_path: s.stderr_path,
+        requeue: s.requeue,
+        hold: s.hold,
+        nice: s.nice,
+        comment: s.comment,
+    }
+}
+
+pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
+    api::JobSpec {
+        name: s.name.clone(),
+        user: s.user.clone(),
+        command: s.command.clone(),
+        workdir: s.workdir.clone(),
+        env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+        cpus: s.cpus,
+        mem_mb: s.mem_mb,
+        nodes: s.nodes,
+        time_limit_s: s.time_limit_s,
+        partitions: s.partitions.clone(),
+        qos: s.qos.clone(),
+        account: s.account.clone(),
+        gres: s.gres.clone(),
+        stdout_path: s.stdout_path.clone(),
+        stderr_path: s.stderr_path.clone(),
+        requeue: s.requeue,
+        hold: s.hold,
+        nice: s.nice,
+        comment: s.comment.clone(),
+    }
+}
+
+pub fn state_to_proto(s: JobState) -> api::JobState {
+    match s {
+        JobState::Pending => api::JobState::Pending,
+        JobState::Running => api::JobState::Running,
+        JobState::Completed => api::JobState::Completed,
+        JobState::Failed => api::JobState::Failed,
+        JobState::Cancelled => api::JobState::Cancelled,
+        JobState::Timeout => api::JobState::Timeout,
+        JobState::NodeFail => api::JobState::NodeFail,
+    }
+}
+
+pub fn state_from_proto(s: api::JobState) -> Option<JobState> {
+    Some(match s {
+        api::JobState::Pending => JobState::Pending,
+        api::JobState::Running => JobState::Running,
+        api::JobState::Completed => JobState::Completed,
+        api::JobState::Failed => JobState::Failed,
+        api::JobState::Cancelled => JobState::Cancelled,
+        api::JobState::Timeout => JobState::Timeout,
+        api::JobState::NodeFail => JobState::NodeFail,
+        api::JobState::Unspecified | api::JobState::Preempted | api::JobState::Suspended => return None,
+    })
+}
+
+/// The reason shown for a job: a pending job's from the last pass (or
+/// `Priority` before the first pass has seen it), `None` otherwise.
+pub fn effective_reason(record: &JobRecord, last_pass: Option<&Reason>) -> Reason {
+    match record.job.state {
+        JobState::Pending if record.job.spec.hold => Reason::JobHeldUser,
+        JobState::Pending => last_pass.cloned().unwrap_or(Reason::Priority),
+        _ => Reason::None,
+    }
+}
+
+pub fn job_to_proto(record: &JobRecord, reason: &Reason) -> api::Job {
+    let job = &record.job;
+    api::Job {
+        job_id: job.id,
+        spec: Some(spec_to_proto(&job.spec)),
+        state: state_to_proto(job.state) as i32,
+        reason: reason.code().to_string(),
+        reason_text: reason.text().to_string(),
+        submit_ms: job.submit_ms,
+        start_ms: job.alloc.as_ref().map(|a| a.start_ms).unwrap_or(0),
+        end_ms: job.end_ms,
+        hosts: job.alloc.iter().map(|a| a.host.clone()).collect(),
+        exit_code: job.exit_code,
+        exit_signal: job.exit_signal,
+        alloc_id: job.alloc.as_ref().map(|a| a.alloc_id).unwrap_or(0),
+        priority: 0,
+    }
+}
+
+pub fn event_to_proto(job_id: u64, e: &JobEvent) -> api::JobEvent {
+    api::JobEvent {
+        job_id,
+        time_ms: e.time_ms,
+        kind: e.kind.clone(),
+        message: e.message.clone(),
+    }
+}
+
+pub fn inventory_from_proto(i: &api::Inventory) -> Inventory {
+    Inventory {
+        cpus: i.cpus,
+        mem_mb: i.memory_mb,
+    }
+}
+
+pub fn host_to_proto(h: &HostRecord, up: bool) -> api::Host {
+    let state = if !up {
+        "down"
+    } else if h.allocated.cpus == 0 && h.allocated.mem_mb == 0 {
+        "idle"
+    } else if h.allocated.cpus >= h.inventory.cpus {
+        "allocated"
+    } else {
+        "mixed"
+    };
+    api::Host {
+        name: h.name.clone(),
+        inventory: Some(api::Inventory {
+            cpus: h.inventory.cpus,
+            memory_mb: h.inventory.mem_mb,
+            ..Default::default()
+        }),
+        state: state.to_string(),
+        alloc_cpus: h.allocated.cpus,
+        alloc_memory_mb: h.allocated.mem_mb,
+        reason: if up { String::new() } else { "agent not heard from within the heartbeat timeout".into() },
+    }
+}

@@ -1,0 +1,185 @@
+//! The leader's scheduling loop and host liveness.
+//!
+//! Both are leader soft state (invariant 5): nothing here is replicated, and
+//! a new leader rebuilds it. Host deadlines are re-armed with a grace of one
+//! heartbeat timeout from the moment of election, so a failover never
+//! declares every host dead.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use berth_raft_store::{Command, Response};
+use berth_scheduler::{schedule, HostState, Policy};
+use tokio::sync::watch;
+
+use crate::node::{now_ms, Node};
+
+/// When each host's agent was last heard from, as seen by this leader.
+pub struct HostLiveness {
+    timeout: Duration,
+    inner: Mutex<LivenessInner>,
+}
+
+struct LivenessInner {
+    /// Start of this node's current leadership; hosts not heard from since
+    /// count as alive until `timeout` after it.
+    leader_since: Option<Instant>,
+    last_seen: HashMap<String, Instant>,
+}
+
+impl HostLiveness {
+    pub fn new(timeout: Duration) -> HostLiveness {
+        HostLiveness {
+            timeout,
+            inner: Mutex::new(LivenessInner {
+                leader_since: None,
+                last_seen: HashMap::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LivenessInner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn heard_from(&self, host: &str, now: Instant) {
+        self.lock().last_seen.insert(host.to_string(), now);
+    }
+
+    /// Called when this node becomes leader: forget what an earlier term
+    /// saw and start the grace period.
+    pub fn rearm(&self, now: Instant) {
+        let mut inner = self.lock();
+        inner.leader_since = Some(now);
+        inner.last_seen.clear();
+    }
+
+    pub fn step_down(&self) {
+        self.lock().leader_since = None;
+    }
+
+    pub fn state(&self, host: &str, now: Instant) -> HostState {
+        let inner = self.lock();
+        let reference = inner.last_seen.get(host).copied().or(inner.leader_since);
+        match reference {
+            Some(t) if now.saturating_duration_since(t) <= self.timeout => HostState::Up,
+            _ => HostState::Down,
+        }
+    }
+}
+
+/// Runs scheduling passes while this node is leader: on every tick and
+/// whenever `pass_notify` fires. Ends when `shutdown` turns true.
+pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(node.config.scheduler.pass_interval_ms));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::spawn(wake_on_election(node.clone(), shutdown.clone()));
+    let mut was_leader = false;
+    let policy = Policy {
+        max_jobs_per_pass: node.config.scheduler.max_jobs_per_pass,
+    };
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = node.pass_notify.notified() => {}
+            _ = shutdown.changed() => {
+                return;
+            }
+        }
+        let is_leader = node.is_leader();
+        if is_leader && !was_leader {
+            node.liveness.rearm(Instant::now());
+            tracing::info!(node = node.id, "became leader; host deadlines re-armed, passes resume");
+        }
+        if !is_leader && was_leader {
+            node.liveness.step_down();
+            tracing::info!(node = node.id, "no longer leader; passes stop");
+        }
+        was_leader = is_leader;
+        if is_leader {
+            run_pass(&node, &policy).await;
+        }
+    }
+}
+
+/// Wakes the loop the moment this node wins an election, so the first pass
+/// on a new leader does not wait for the next tick.
+async fn wake_on_election(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let mut metrics = node.raft.metrics();
+    let mut was_leader = false;
+    loop {
+        tokio::select! {
+            changed = metrics.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            _ = shutdown.changed() => return,
+        }
+        let is_leader = metrics.borrow().state == openraft::ServerState::Leader;
+        if is_leader && !was_leader {
+            node.pass_notify.notify_one();
+        }
+        was_leader = is_leader;
+    }
+}
+
+/// One pass: snapshot → schedule → propose the plan as one entry stamped
+/// with the snapshot's applied index. `apply` re-checks every placement.
+async fn run_pass(node: &Node, policy: &Policy) {
+    let started = Instant::now();
+    let now = Instant::now();
+    let (snapshot, snapshot_index) = node.read(|state| {
+        (
+            state.scheduler_snapshot(|host| node.liveness.state(host, now)),
+            state.applied_index(),
+        )
+    });
+    let plan = schedule(&snapshot, policy, now_ms());
+    {
+        let mut reasons = node.last_reasons.lock().unwrap_or_else(|p| p.into_inner());
+        *reasons = plan.reasons.clone();
+    }
+    if plan.starts.is_empty() {
+        return;
+    }
+    let planned = plan.starts.len();
+    let command = Command::ApplyPlan {
+        snapshot_index,
+        now_ms: now_ms(),
+        starts: plan.starts,
+    };
+    match node.propose_local(command).await {
+        Ok(Response::PlanApplied { started: n, dropped }) => {
+            tracing::info!(
+                planned,
+                started = n,
+                dropped,
+                snapshot_index,
+                pass_ms = started.elapsed().as_millis() as u64,
+                "scheduling pass"
+            );
+        }
+        Ok(other) => tracing::warn!(?other, "unexpected answer to a plan"),
+        Err(e) => tracing::warn!(error = %e, "plan not committed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_leader_grants_grace_then_times_out() {
+        let live = HostLiveness::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(live.state("h1", t0), HostState::Down, "not leader: no grace");
+        live.rearm(t0);
+        assert_eq!(live.state("h1", t0 + Duration::from_secs(5)), HostState::Up);
+        assert_eq!(live.state("h1", t0 + Duration::from_secs(11)), HostState::Down);
+        live.heard_from("h1", t0 + Duration::from_secs(11));
+        assert_eq!(live.state("h1", t0 + Duration::from_secs(12)), HostState::Up);
+        assert_eq!(live.state("h2", t0 + Duration::from_secs(12)), HostState::Down);
+    }
+}

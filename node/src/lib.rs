@@ -1,0 +1,22 @@
+//! berthd: one Berth controller node.
+//!
+//! - [`config`]: the TOML config file;
+//! - [`node`]: a running node (Raft instance, store, proposals and forwarding);
+//! - [`network`]: the Raft transport client (openraft's `RaftNetwork` over gRPC);
+//! - [`raft_service`], [`api_service`], [`agent_service`]: the gRPC services;
+//! - [`leader`]: the leader's scheduling loop and host liveness (leader soft
+//!   state, invariant 5);
+//! - [`convert`]: between the wire types and the scheduler's model;
+//! - [`server`]: wiring it all together;
+//! - [`dev`]: `berthd dev`, a whole local cluster in one command.
+
+pub mod agent_service;
+pub mod api_service;
+pub mod config;
+pub mod convert;
+pub mod dev;
+pub mod leader;
+pub mod network;
+pub mod node;
+pub mod raft_service;
+pub mod server;

@@ -1,0 +1,150 @@
+//! openraft's `RaftNetwork` over gRPC: each Raft message travels as JSON in
+//! a `berth.raft.v1.RaftMessage` (see `raft.proto`).
+
+use std::time::Duration;
+
+use berth_proto::raft::raft_transport_client::RaftTransportClient;
+use berth_proto::raft::{RaftMessage, RaftReply};
+use berth_raft_store::{NodeId, TypeConfig};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+/// A peer that does not accept a TCP connection within this long is
+/// reported unreachable, so openraft backs off instead of piling up calls.
+const CONNECT_TIMEOUT_MS: u64 = 300;
+
+/// Builds a lazily connecting gRPC channel to `addr` ("host:port").
+pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
+    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+        .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+        .tcp_nodelay(true);
+    Ok(endpoint.connect_lazy())
+}
+
+/// Creates connections to peers.
+#[derive(Clone, Default)]
+pub struct Network;
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        PeerConnection {
+            target,
+            client: channel(&node.addr).ok().map(|c| {
+                RaftTransportClient::new(c)
+                    .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
+            }),
+            addr: node.addr.clone(),
+        }
+    }
+}
+
+/// One peer.
+pub struct PeerConnection {
+    target: NodeId,
+    addr: String,
+    client: Option<RaftTransportClient<Channel>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct TransportError(String);
+
+impl PeerConnection {
+    async fn call<Req, Resp, E>(
+        &mut self,
+        method: Method,
+        request: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let Some(client) = self.client.as_mut() else {
+            let e = TransportError(format!("bad peer address {:?}", self.addr));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        };
+        let payload = serde_json::to_vec(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let mut req = tonic::Request::new(RaftMessage { payload });
+        req.set_timeout(option.hard_ttl());
+        let reply = match method {
+            Method::AppendEntries => client.append_entries(req).await,
+            Method::Vote => client.vote(req).await,
+            Method::InstallSnapshot => client.install_snapshot(req).await,
+        };
+        let reply: RaftReply = match reply {
+            Ok(r) => r.into_inner(),
+            Err(status) => {
+                let e = TransportError(format!("{} to node {}: {status}", method.name(), self.target));
+                return Err(match status.code() {
+                    tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&e)),
+                    _ => RPCError::Network(NetworkError::new(&e)),
+                });
+            }
+        };
+        if !reply.error.is_empty() {
+            let err: RaftError<NodeId, E> =
+                serde_json::from_slice(&reply.error).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            return Err(RPCError::RemoteError(RemoteError::new(self.target, err)));
+        }
+        serde_json::from_slice(&reply.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Method {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+impl Method {
+    fn name(self) -> &'static str {
+        match self {
+            Method::AppendEntries => "AppendEntries",
+            Method::Vote => "Vote",
+            Method::InstallSnapshot => "InstallSnapshot",
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Method::AppendEntries, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(Method::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Method::Vote, &rpc, &option).await
+    }
+}

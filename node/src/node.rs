@@ -1,0 +1,239 @@
+//! A running node: its Raft instance, its store, and how it proposes
+//! commands (locally when leader, forwarded to the leader otherwise).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use berth_proto::raft::raft_transport_client::RaftTransportClient;
+use berth_proto::raft::RaftMessage;
+use berth_raft_store::{Command, NodeId, Raft, Request, Response, SharedState, SmState};
+use berth_scheduler::{JobId, Reason};
+use openraft::ServerState;
+use tokio::sync::{watch, Notify};
+use tonic::transport::Channel;
+use tonic::Status;
+
+use crate::config::NodeConfig;
+use crate::leader::HostLiveness;
+use crate::network::channel;
+
+/// How long a write keeps retrying while there is no leader (an election is
+/// in progress) before it fails as unavailable.
+const PROPOSE_RETRY_WINDOW_MS: u64 = 5_000;
+/// Pause between those retries.
+const PROPOSE_RETRY_PAUSE_MS: u64 = 50;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error("not leader; leader is {}", leader_addr.as_deref().unwrap_or("unknown"))]
+    NotLeader { leader_addr: Option<String> },
+    #[error("no leader is elected; try again shortly")]
+    NoLeader,
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("raft: {0}")]
+    Fatal(String),
+}
+
+impl From<ProposeError> for Status {
+    fn from(e: ProposeError) -> Status {
+        match e {
+            ProposeError::NotLeader { .. } => Status::failed_precondition(e.to_string()),
+            ProposeError::NoLeader | ProposeError::Unavailable(_) => Status::unavailable(e.to_string()),
+            ProposeError::Fatal(_) => Status::internal(e.to_string()),
+        }
+    }
+}
+
+pub struct Node {
+    pub id: NodeId,
+    pub config: NodeConfig,
+    pub raft: Raft,
+    /// The applied state machine, shared with openraft's state machine.
+    pub state: SharedState,
+    /// Last applied log index.
+    pub applied: watch::Receiver<u64>,
+    /// Leader soft state: when each host was last heard from.
+    pub liveness: HostLiveness,
+    /// Wakes the scheduling loop early (after a submit, an exit, a new host).
+    pub pass_notify: Notify,
+    /// Reasons from the leader's last pass, for squeue and explain.
+    pub last_reasons: Mutex<BTreeMap<JobId, Reason>>,
+    peers: Mutex<HashMap<String, RaftTransportClient<Channel>>>,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl Node {
+    pub fn new(config: NodeConfig, raft: Raft, state: SharedState, applied: watch::Receiver<u64>) -> Node {
+        let liveness = HostLiveness::new(
+            Duration::from_millis(config.agents.heartbeat_timeout_ms),
+        );
+        Node {
+            id: config.node_id,
+            config,
+            raft,
+            state,
+            applied,
+            liveness,
+            pass_notify: Notify::new(),
+            last_reasons: Mutex::new(BTreeMap::new()),
+            peers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `f` on the applied state under its read lock.
+    pub fn read<T>(&self, f: impl FnOnce(&SmState) -> T) -> T {
+        let guard = self
+            .state
+            .read()
+            .unwrap_or_else(|_| panic!("state machine lock poisoned"));
+        f(&guard)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// The current leader's id and gRPC address, as this node knows them.
+    pub fn leader(&self) -> Option<(NodeId, String)> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        let addr = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.addr.clone())
+            .or_else(|| self.config.member_addr(leader).map(str::to_string))?;
+        Some((leader, addr))
+    }
+
+    /// Proposes `command` and waits until it is committed and applied,
+    /// forwarding to the leader when this node is not it. Retries through an
+    /// election for up to `PROPOSE_RETRY_WINDOW_MS`.
+    pub async fn propose(&self, command: Command) -> Result<Response, ProposeError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(PROPOSE_RETRY_WINDOW_MS);
+        loop {
+            let attempt = if self.is_leader() {
+                self.propose_local(command.clone()).await
+            } else {
+                match self.leader() {
+                    Some((leader_id, addr)) if leader_id != self.id => self.forward(&addr, &command).await,
+                    _ => Err(ProposeError::NoLeader),
+                }
+            };
+            match attempt {
+                Err(ProposeError::NotLeader { .. } | ProposeError::NoLeader | ProposeError::Unavailable(_))
+                    if tokio::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(PROPOSE_RETRY_PAUSE_MS)).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Proposes on this node, which must be the leader. Stamps the command
+    /// with this node's clock (invariant 2: time arrives in the command).
+    pub async fn propose_local(&self, mut command: Command) -> Result<Response, ProposeError> {
+        command.stamp(now_ms());
+        // Events that can let a pending job start wake the scheduler now
+        // rather than at the next tick.
+        let wakes_scheduler = matches!(
+            command,
+            Command::SubmitJob { .. } | Command::RegisterHost { .. } | Command::JobExited { .. }
+        );
+        match self.raft.client_write(Request::new(command)).await {
+            Ok(written) => {
+                if wakes_scheduler {
+                    self.pass_notify.notify_one();
+                }
+                Ok(written.data)
+            }
+            Err(e) => match e.forward_to_leader() {
+                Some(fwd) => Err(ProposeError::NotLeader {
+                    leader_addr: fwd.leader_node.as_ref().map(|n| n.addr.clone()),
+                }),
+                None => Err(ProposeError::Fatal(e.to_string())),
+            },
+        }
+    }
+
+    fn peer_client(&self, addr: &str) -> Result<RaftTransportClient<Channel>, ProposeError> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = peers.get(addr) {
+            return Ok(c.clone());
+        }
+        let ch = channel(addr).map_err(|e| ProposeError::Unavailable(format!("leader address {addr}: {e}")))?;
+        let client = RaftTransportClient::new(ch)
+            .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
+        peers.insert(addr.to_string(), client.clone());
+        Ok(client)
+    }
+
+    async fn forward(&self, leader_addr: &str, command: &Command) -> Result<Response, ProposeError> {
+        let mut client = self.peer_client(leader_addr)?;
+        let payload = serde_json::to_vec(&Request::new(command.clone()))
+            .map_err(|e| ProposeError::Fatal(e.to_string()))?;
+        let mut req = tonic::Request::new(RaftMessage { payload });
+        req.set_timeout(Duration::from_secs(10));
+        match client.forward(req).await {
+            Ok(reply) => {
+                let reply = reply.into_inner();
+                serde_json::from_slice(&reply.payload)
+                    .map_err(|e| ProposeError::Fatal(format!("undecodable reply from leader: {e}")))
+            }
+            Err(status) if status.code() == tonic::Code::FailedPrecondition => {
+                Err(ProposeError::NotLeader { leader_addr: None })
+            }
+            Err(status) => Err(ProposeError::Unavailable(format!(
+                "forwarding to leader {leader_addr}: {}",
+                status.message()
+            ))),
+        }
+    }
+
+    /// Waits until this leader's state machine reflects every write
+    /// committed before the call (a read index), so a read after it is
+    /// linearizable.
+    pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        let read_log_id = match self.raft.ensure_linearizable().await {
+            Ok(id) => id,
+            Err(e) => {
+                return match e.forward_to_leader() {
+                    Some(fwd) => Err(ProposeError::NotLeader {
+                        leader_addr: fwd.leader_node.as_ref().map(|n| n.addr.clone()),
+                    }),
+                    None => Err(ProposeError::Unavailable(e.to_string())),
+                }
+            }
+        };
+        let target = read_log_id.map(|l| l.index).unwrap_or(0);
+        let mut applied = self.applied.clone();
+        let caught_up = tokio::time::timeout(Duration::from_secs(5), applied.wait_for(|index| *index >= target))
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false);
+        if caught_up {
+            Ok(())
+        } else {
+            Err(ProposeError::Unavailable("state machine did not catch up".into()))
+        }
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("id", &self.id).finish()
+    }
+}
+
+/// Shared handle to the node.
+pub type NodeRef = Arc<Node>;

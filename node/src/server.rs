@@ -1,0 +1,146 @@
+//! Wires a node together: store, Raft, gRPC services, bootstrap and the
+//! leader loop.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use berth_proto::agent::agent_service_server::AgentServiceServer;
+use berth_proto::api::berth_api_server::BerthApiServer;
+use berth_proto::raft::raft_transport_server::RaftTransportServer;
+use berth_proto::MAX_MESSAGE_BYTES;
+use berth_raft_store::store::store_path;
+use berth_raft_store::{Raft, StoreError};
+use openraft::{BasicNode, Config, SnapshotPolicy};
+use tokio::sync::watch;
+
+use crate::agent_service::AgentServiceImpl;
+use crate::api_service::ApiService;
+use crate::config::NodeConfig;
+use crate::leader::scheduling_loop;
+use crate::network::Network;
+use crate::node::Node;
+use crate::raft_service::RaftService;
+
+/// Snapshot chunks are at most this many bytes on the wire.
+const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
+/// Entries per AppendEntries request at most.
+const APPEND_ENTRIES_MAX: u64 = 512;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid raft config: {0}")]
+    RaftConfig(String),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("cannot serve on {addr}: {source}")]
+    Serve {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: tonic::transport::Error,
+    },
+}
+
+fn raft_config(config: &NodeConfig) -> Result<Config, ServerError> {
+    let t = &config.raft;
+    let c = Config {
+        cluster_name: "berth".into(),
+        heartbeat_interval: t.heartbeat_interval_ms,
+        election_timeout_min: t.election_timeout_min_ms,
+        election_timeout_max: t.election_timeout_max_ms,
+        max_payload_entries: APPEND_ENTRIES_MAX,
+        snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_entries),
+        max_in_snapshot_log_to_keep: t.log_entries_kept_behind_snapshot,
+        ..Default::default()
+    };
+    c.validate().map_err(|e| ServerError::RaftConfig(e.to_string()))
+}
+
+/// Runs a node until `shutdown` turns true.
+pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<(), ServerError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    let store = berth_raft_store::open(&store_path(&config.data_dir))?;
+    let raft_cfg = Arc::new(raft_config(&config)?);
+    let raft = Raft::new(config.node_id, raft_cfg, Network, store.log, store.state_machine)
+        .await
+        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let listen = config.listen;
+    let node = Arc::new(Node::new(config, raft, store.state, store.applied));
+
+    let api = BerthApiServer::new(ApiService::new(node.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let agents = AgentServiceServer::new(AgentServiceImpl { node: node.clone() })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let raft_transport = RaftTransportServer::new(RaftService { node: node.clone() })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+
+    let mut serve_shutdown = shutdown.clone();
+    let serve = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(api)
+        .add_service(agents)
+        .add_service(raft_transport)
+        .serve_with_shutdown(listen, async move {
+            let _ = serve_shutdown.wait_for(|stop| *stop).await;
+        });
+    let server_task = tokio::spawn(serve);
+
+    bootstrap(&node).await?;
+    let loop_task = tokio::spawn(scheduling_loop(node.clone(), shutdown.clone()));
+    tracing::info!(node = node.id, %listen, "berthd serving");
+
+    let served = server_task.await;
+    let _ = loop_task.await;
+    if let Err(e) = node.raft.shutdown().await {
+        tracing::warn!(error = %e, "raft shutdown");
+    }
+    match served {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(source)) => Err(ServerError::Serve { addr: listen, source }),
+        Err(e) => Err(ServerError::Raft(format!("server task: {e}"))),
+    }
+}
+
+/// Initialises the cluster once: only on the node configured to bootstrap,
+/// and only if its store has never been part of a cluster. A restart finds
+/// the store initialised and does nothing.
+async fn bootstrap(node: &Node) -> Result<(), ServerError> {
+    if !node.config.bootstrap {
+        return Ok(());
+    }
+    let initialized = node
+        .raft
+        .is_initialized()
+        .await
+        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    if initialized {
+        tracing::info!("store already initialised; bootstrap skipped");
+        return Ok(());
+    }
+    let members: BTreeMap<u64, BasicNode> = node
+        .config
+        .members
+        .iter()
+        .map(|m| (m.id, BasicNode { addr: m.addr.clone() }))
+        .collect();
+    match node.raft.initialize(members).await {
+        Ok(()) => tracing::info!("cluster initialised"),
+        // Another start of this node got there first: nothing to do.
+        Err(e) => tracing::info!(error = %e, "initialise skipped"),
+    }
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! The state machine's command set. Every state change is one of these,
+//! proposed through Raft (invariant 2). Time arrives inside the command,
+//! stamped by the leader, so `apply` never reads a clock.
+
+use berth_scheduler::{Inventory, JobId, JobSpec, JobState, Placement};
+use serde::{Deserialize, Serialize};
+
+/// Version of the command encoding this build writes and understands. A node
+/// that meets a higher version refuses to apply it (and stops) rather than
+/// misapplying it.
+pub const COMMAND_VERSION: u32 = 1;
+
+/// One Raft log payload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub version: u32,
+    pub command: Command,
+}
+
+impl Request {
+    pub fn new(command: Command) -> Request {
+        Request {
+            version: COMMAND_VERSION,
+            command,
+        }
+    }
+}
+
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "v{} {}", self.version, self.command.kind())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// A new job. Idempotent per `request_id`.
+    SubmitJob {
+        request_id: String,
+        spec: JobSpec,
+        now_ms: u64,
+    },
+    /// Cancel a job: pending ones end at once, running ones once their agent
+    /// reports the stop.
+    CancelJob { job_id: JobId, now_ms: u64 },
+    /// An agent's host and inventory.
+    RegisterHost {
+        name: String,
+        inventory: Inventory,
+        now_ms: u64,
+    },
+    /// One scheduling pass's placements, computed from the state at
+    /// `snapshot_index`. `apply` re-checks each one (invariant 3).
+    ApplyPlan {
+        snapshot_index: u64,
+        now_ms: u64,
+        starts: Vec<Placement>,
+    },
+    /// The agent started the job's process.
+    JobStarted {
+        job_id: JobId,
+        alloc_id: u64,
+        host: String,
+        pid: i32,
+        now_ms: u64,
+    },
+    /// The job's process ended (or could not start).
+    JobExited {
+        job_id: JobId,
+        alloc_id: u64,
+        host: String,
+        exit_code: i32,
+        signal: i32,
+        launch_error: String,
+        now_ms: u64,
+    },
+}
+
+impl Command {
+    /// Sets the command's time. The leader stamps every command it proposes
+    /// with its own clock, so time in the log comes from one place.
+    pub fn stamp(&mut self, now: u64) {
+        match self {
+            Command::SubmitJob { now_ms, .. }
+            | Command::CancelJob { now_ms, .. }
+            | Command::RegisterHost { now_ms, .. }
+            | Command::ApplyPlan { now_ms, .. }
+            | Command::JobStarted { now_ms, .. }
+            | Command::JobExited { now_ms, .. } => *now_ms = now,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::SubmitJob { .. } => "SubmitJob",
+            Command::CancelJob { .. } => "CancelJob",
+            Command::RegisterHost { .. } => "RegisterHost",
+            Command::ApplyPlan { .. } => "ApplyPlan",
+            Command::JobStarted { .. } => "JobStarted",
+            Command::JobExited { .. } => "JobExited",
+        }
+    }
+}
+
+/// What applying a command answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// Blank and membership entries.
+    None,
+    Submitted { job_id: JobId, duplicate: bool },
+    Cancelled { previous_state: JobState },
+    HostRegistered,
+    PlanApplied { started: u32, dropped: u32 },
+    /// A report about an allocation; `accepted` is false when it is stale.
+    Report { accepted: bool },
+    /// The command was refused and changed nothing.
+    Rejected { reason: String },
+}

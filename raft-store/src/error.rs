@@ -1,0 +1,33 @@
+//! Errors of opening and using the store.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the Berth store at {path}: {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rocksdb::Error,
+    },
+    #[error(
+        "{path} is not a Berth data directory (it holds files but no Berth store); \
+         point data_dir at an empty or Berth-owned directory"
+    )]
+    Foreign { path: PathBuf },
+    #[error(
+        "the store at {path} has format version {found}, newer than this berthd supports \
+         ({supported}); run a newer berthd"
+    )]
+    NewerFormat {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    #[error("the store at {path} is corrupt: {detail}")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("rocksdb: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    #[error("encoding: {0}")]
+    Codec(#[from] serde_json::Error),
+}

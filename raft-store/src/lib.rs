@@ -1,0 +1,37 @@
+//! Berth's replicated state: openraft log and state-machine storage on
+//! RocksDB, and the state machine's command set.
+//!
+//! - [`command`]: what can be proposed (`Request`, versioned) and answered.
+//! - [`state`]: the in-memory scheduler state and its deterministic `apply`.
+//! - [`store`]: the RocksDB layout, log storage and state-machine storage.
+//!
+//! Durability (invariant 4): every log append, vote and state-machine batch
+//! is written with a synced WAL before openraft is told it is durable.
+
+pub mod command;
+pub mod error;
+pub mod state;
+pub mod store;
+
+pub use command::{Command, Request, Response, COMMAND_VERSION};
+pub use error::StoreError;
+pub use state::{HostRecord, JobEvent, JobRecord, SharedState, SmState};
+pub use store::{open, LogStore, StateMachineStore, StoreHandles};
+
+/// Raft node ids.
+pub type NodeId = u64;
+
+openraft::declare_raft_types!(
+    /// openraft type configuration for Berth.
+    pub TypeConfig:
+        D = Request,
+        R = Response,
+        NodeId = NodeId,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// The Raft instance type.
+pub type Raft = openraft::Raft<TypeConfig>;

@@ -1,0 +1,541 @@
+//! The replicated scheduler state kept in memory on every node, and its
+//! deterministic `apply`. The store persists what each batch changed (see
+//! [`Dirty`]) and reloads it on open; this module never does I/O.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+
+use berth_scheduler::{
+    fits, Allocation, Host, HostState, Inventory, Job, JobId, JobSpec, JobState, PendingJob,
+    Placement, Resources, Snapshot,
+};
+use openraft::{BasicNode, LogId, StoredMembership};
+use serde::{Deserialize, Serialize};
+
+use crate::command::{Command, Response};
+use crate::NodeId;
+
+/// Events kept per job; older ones are dropped first.
+pub const EVENTS_PER_JOB_MAX: usize = 128;
+/// Client request ids are remembered for the last this-many jobs: a retry of
+/// a submit older than that would make a second job. Submitters retry for
+/// seconds, so 100,000 jobs of history is ample and bounds the table.
+pub const REQUEST_IDS_RETAINED_JOBS: u64 = 100_000;
+/// Longest request id accepted, in bytes.
+pub const REQUEST_ID_BYTES_MAX: usize = 128;
+/// Longest command accepted, in bytes.
+pub const COMMAND_BYTES_MAX: usize = 64 * 1024;
+
+/// One line of a job's history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobEvent {
+    pub time_ms: u64,
+    pub kind: String,
+    pub message: String,
+}
+
+/// A job with its history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub job: Job,
+    pub events: Vec<JobEvent>,
+}
+
+impl JobRecord {
+    fn push_event(&mut self, time_ms: u64, kind: &str, message: String) {
+        if self.events.len() >= EVENTS_PER_JOB_MAX {
+            self.events.remove(0);
+        }
+        self.events.push(JobEvent {
+            time_ms,
+            kind: kind.to_string(),
+            message,
+        });
+    }
+}
+
+/// A registered host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostRecord {
+    pub name: String,
+    pub inventory: Inventory,
+    pub registered_ms: u64,
+    /// Sum of running allocations. Derived from the jobs; rebuilt on load.
+    #[serde(skip)]
+    pub allocated: Resources,
+}
+
+/// The persisted part of the state, as a snapshot carries it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SmData {
+    pub last_applied: Option<LogId<NodeId>>,
+    pub last_membership: StoredMembership<NodeId, BasicNode>,
+    pub counters: Counters,
+    pub jobs: BTreeMap<JobId, JobRecord>,
+    pub hosts: BTreeMap<String, HostRecord>,
+    pub request_ids: BTreeMap<String, JobId>,
+}
+
+/// Id counters. Ids come from here, never from leader memory (invariant 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    pub next_job_id: JobId,
+    pub next_alloc_id: u64,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            next_job_id: 1,
+            next_alloc_id: 1,
+        }
+    }
+}
+
+/// What one apply batch changed, for the store to persist.
+#[derive(Debug, Default)]
+pub struct Dirty {
+    pub jobs: BTreeSet<JobId>,
+    pub hosts: BTreeSet<String>,
+    pub request_ids_put: BTreeMap<String, JobId>,
+    pub request_ids_deleted: BTreeSet<String>,
+}
+
+/// The state machine in memory, with indexes derived from the data.
+#[derive(Debug, Default)]
+pub struct SmState {
+    pub data: SmData,
+    pending: BTreeSet<JobId>,
+    running: BTreeSet<JobId>,
+    request_id_of_job: BTreeMap<JobId, String>,
+}
+
+/// The state shared between openraft's state machine and the node's readers
+/// (API, leader loop, agent streams). Locks are held briefly, never across
+/// an await.
+pub type SharedState = Arc<RwLock<SmState>>;
+
+impl SmState {
+    /// Builds the state and its indexes from persisted data.
+    pub fn from_data(mut data: SmData) -> SmState {
+        for host in data.hosts.values_mut() {
+            host.allocated = Resources::default();
+        }
+        let mut state = SmState::default();
+        for (id, record) in &data.jobs {
+            match record.job.state {
+                JobState::Pending => {
+                    state.pending.insert(*id);
+                }
+                JobState::Running => {
+                    state.running.insert(*id);
+                    if let Some(alloc) = &record.job.alloc {
+                        if let Some(host) = data.hosts.get_mut(&alloc.host) {
+                            host.allocated = host.allocated.add(alloc.resources);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (request_id, job_id) in &data.request_ids {
+            state.request_id_of_job.insert(*job_id, request_id.clone());
+        }
+        state.data = data;
+        state
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&JobRecord> {
+        self.data.jobs.get(&id)
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &JobRecord> {
+        self.data.jobs.values()
+    }
+
+    pub fn hosts(&self) -> impl Iterator<Item = &HostRecord> {
+        self.data.hosts.values()
+    }
+
+    pub fn pending_ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.pending.iter().copied()
+    }
+
+    pub fn running_ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.running.iter().copied()
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        self.data.last_applied.map(|l| l.index).unwrap_or(0)
+    }
+
+    /// Running allocations that should run on `host` now: what its agent
+    /// converges on (invariant 6). A job whose cancel was committed is not
+    /// in the set, so its agent stops it.
+    pub fn assignments_for(&self, host: &str) -> Vec<&JobRecord> {
+        self.running
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id))
+            .filter(|r| !r.job.cancel_requested)
+            .filter(|r| r.job.alloc.as_ref().is_some_and(|a| a.host == host))
+            .collect()
+    }
+
+    /// The scheduler's view: hosts with what is allocated, pending jobs in
+    /// queue order. `host_state` says, from leader soft state, whether each
+    /// host's agent is alive.
+    pub fn scheduler_snapshot(&self, host_state: impl Fn(&str) -> HostState) -> Snapshot {
+        let hosts = self
+            .data
+            .hosts
+            .values()
+            .map(|h| Host {
+                name: h.name.clone(),
+                inventory: h.inventory.clone(),
+                state: host_state(&h.name),
+                allocated: h.allocated,
+            })
+            .collect();
+        let pending = self
+            .pending
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id))
+            .map(|r| PendingJob {
+                id: r.job.id,
+                request: r.job.spec.per_host(),
+                held: r.job.spec.hold,
+            })
+            .collect();
+        Snapshot { hosts, pending }
+    }
+
+    /// Applies one command. Deterministic: same state and command, same
+    /// result, on every node.
+    pub fn apply(&mut self, command: &Command, dirty: &mut Dirty) -> Response {
+        match command {
+            Command::SubmitJob {
+                request_id,
+                spec,
+                now_ms,
+            } => self.submit(request_id, spec, *now_ms, dirty),
+            Command::CancelJob { job_id, now_ms } => self.cancel(*job_id, *now_ms, dirty),
+            Command::RegisterHost {
+                name,
+                inventory,
+                now_ms,
+            } => self.register_host(name, inventory, *now_ms, dirty),
+            Command::ApplyPlan {
+                snapshot_index,
+                now_ms,
+                starts,
+            } => self.apply_plan(*snapshot_index, starts, *now_ms, dirty),
+            Command::JobStarted {
+                job_id,
+                alloc_id,
+                host,
+                pid,
+                now_ms,
+            } => self.job_started(*job_id, *alloc_id, host, *pid, *now_ms, dirty),
+            Command::JobExited {
+                job_id,
+                alloc_id,
+                host,
+                exit_code,
+                signal,
+                launch_error,
+                now_ms,
+            } => self.job_exited(
+                *job_id,
+                *alloc_id,
+                host,
+                (*exit_code, *signal),
+                launch_error,
+                *now_ms,
+                dirty,
+            ),
+        }
+    }
+
+    fn submit(&mut self, request_id: &str, spec: &JobSpec, now_ms: u64, dirty: &mut Dirty) -> Response {
+        if let Some(job_id) = self.data.request_ids.get(request_id) {
+            return Response::Submitted {
+                job_id: *job_id,
+                duplicate: true,
+            };
+        }
+        if let Err(reason) = validate_submit(request_id, spec) {
+            return Response::Rejected { reason };
+        }
+        let job_id = self.data.counters.next_job_id;
+        self.data.counters.next_job_id += 1;
+        let mut record = JobRecord {
+            job: Job {
+                id: job_id,
+                spec: spec.clone(),
+                state: JobState::Pending,
+                submit_ms: now_ms,
+                end_ms: 0,
+                alloc: None,
+                exit_code: 0,
+                exit_signal: 0,
+                cancel_requested: false,
+            },
+            events: Vec::new(),
+        };
+        let held = if spec.hold { " (held)" } else { "" };
+        record.push_event(
+            now_ms,
+            "submitted",
+            format!(
+                "Submitted by {} : {} cpus, {} MiB{held}",
+                spec.user,
+                spec.per_host().cpus,
+                spec.mem_mb
+            ),
+        );
+        self.data.jobs.insert(job_id, record);
+        self.pending.insert(job_id);
+        dirty.jobs.insert(job_id);
+        self.remember_request_id(request_id, job_id, dirty);
+        Response::Submitted {
+            job_id,
+            duplicate: false,
+        }
+    }
+
+    fn remember_request_id(&mut self, request_id: &str, job_id: JobId, dirty: &mut Dirty) {
+        self.data.request_ids.insert(request_id.to_string(), job_id);
+        self.request_id_of_job.insert(job_id, request_id.to_string());
+        dirty.request_ids_put.insert(request_id.to_string(), job_id);
+        dirty.request_ids_deleted.remove(request_id);
+        // Forget the request ids of jobs that fell out of the window.
+        let oldest_kept = job_id.saturating_sub(REQUEST_IDS_RETAINED_JOBS);
+        while let Some((&old_job, _)) = self.request_id_of_job.first_key_value() {
+            if old_job > oldest_kept {
+                break;
+            }
+            if let Some(old_request) = self.request_id_of_job.remove(&old_job) {
+                self.data.request_ids.remove(&old_request);
+                dirty.request_ids_put.remove(&old_request);
+                dirty.request_ids_deleted.insert(old_request);
+            }
+        }
+    }
+
+    fn cancel(&mut self, job_id: JobId, now_ms: u64, dirty: &mut Dirty) -> Response {
+        let Some(record) = self.data.jobs.get_mut(&job_id) else {
+            return Response::Rejected {
+                reason: format!("job {job_id} does not exist"),
+            };
+        };
+        let previous_state = record.job.state;
+        match previous_state {
+            JobState::Pending => {
+                record.job.state = JobState::Cancelled;
+                record.job.end_ms = now_ms;
+                record.push_event(now_ms, "cancelled", "Cancelled while pending".into());
+                self.pending.remove(&job_id);
+            }
+            JobState::Running => {
+                if !record.job.cancel_requested {
+                    record.job.cancel_requested = true;
+                    record.push_event(now_ms, "cancel-requested", "Cancel requested; stopping".into());
+                }
+            }
+            done => {
+                return Response::Rejected {
+                    reason: format!("job {job_id} has already ended ({})", done.slurm_name()),
+                }
+            }
+        }
+        dirty.jobs.insert(job_id);
+        Response::Cancelled { previous_state }
+    }
+
+    fn register_host(&mut self, name: &str, inventory: &Inventory, now_ms: u64, dirty: &mut Dirty) -> Response {
+        if name.is_empty() {
+            return Response::Rejected {
+                reason: "host name is empty".into(),
+            };
+        }
+        let allocated = self.data.hosts.get(name).map(|h| h.allocated).unwrap_or_default();
+        self.data.hosts.insert(
+            name.to_string(),
+            HostRecord {
+                name: name.to_string(),
+                inventory: inventory.clone(),
+                registered_ms: now_ms,
+                allocated,
+            },
+        );
+        dirty.hosts.insert(name.to_string());
+        Response::HostRegistered
+    }
+
+    fn apply_plan(&mut self, snapshot_index: u64, starts: &[Placement], now_ms: u64, dirty: &mut Dirty) -> Response {
+        let mut started = 0u32;
+        let mut dropped = 0u32;
+        for placement in starts {
+            if self.recheck_and_start(placement, now_ms, dirty) {
+                started += 1;
+            } else {
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            tracing::debug!(snapshot_index, dropped, "plan placements no longer valid were dropped");
+        }
+        Response::PlanApplied { started, dropped }
+    }
+
+    /// Invariant 3: the placement is checked again against the state it
+    /// lands on, with the same `fits` the pass used.
+    fn recheck_and_start(&mut self, placement: &Placement, now_ms: u64, dirty: &mut Dirty) -> bool {
+        let Some(record) = self.data.jobs.get(&placement.job_id) else {
+            return false;
+        };
+        if record.job.state != JobState::Pending || record.job.spec.hold {
+            return false;
+        }
+        if placement.resources != record.job.spec.per_host() {
+            return false;
+        }
+        let Some(host) = self.data.hosts.get_mut(&placement.host) else {
+            return false;
+        };
+        let view = Host {
+            name: host.name.clone(),
+            inventory: host.inventory.clone(),
+            state: HostState::Up,
+            allocated: host.allocated,
+        };
+        if fits(&view, placement.resources).is_err() {
+            return false;
+        }
+        host.allocated = host.allocated.add(placement.resources);
+        debug_assert!(host.allocated.within(host.inventory.resources()));
+        let alloc_id = self.data.counters.next_alloc_id;
+        self.data.counters.next_alloc_id += 1;
+        let Some(record) = self.data.jobs.get_mut(&placement.job_id) else {
+            return false;
+        };
+        record.job.state = JobState::Running;
+        record.job.alloc = Some(Allocation {
+            alloc_id,
+            host: placement.host.clone(),
+            resources: placement.resources,
+            start_ms: now_ms,
+        });
+        record.push_event(
+            now_ms,
+            "allocated",
+            format!("Allocated on {} (allocation {alloc_id})", placement.host),
+        );
+        self.pending.remove(&placement.job_id);
+        self.running.insert(placement.job_id);
+        dirty.jobs.insert(placement.job_id);
+        dirty.hosts.insert(placement.host.clone());
+        true
+    }
+
+    /// The record of `job_id` if `alloc_id` on `host` is its current
+    /// allocation.
+    fn current_alloc_mut(&mut self, job_id: JobId, alloc_id: u64, host: &str) -> Option<&mut JobRecord> {
+        self.data
+            .jobs
+            .get_mut(&job_id)
+            .filter(|r| r.job.alloc.as_ref().is_some_and(|a| a.alloc_id == alloc_id && a.host == host))
+    }
+
+    fn job_started(&mut self, job_id: JobId, alloc_id: u64, host: &str, pid: i32, now_ms: u64, dirty: &mut Dirty) -> Response {
+        let Some(record) = self.current_alloc_mut(job_id, alloc_id, host) else {
+            return Response::Report { accepted: false };
+        };
+        if record.job.state == JobState::Running {
+            record.push_event(now_ms, "started", format!("Started on {host} (pid {pid})"));
+            dirty.jobs.insert(job_id);
+        }
+        Response::Report { accepted: true }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn job_exited(
+        &mut self,
+        job_id: JobId,
+        alloc_id: u64,
+        host: &str,
+        (exit_code, signal): (i32, i32),
+        launch_error: &str,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
+        let Some(record) = self.current_alloc_mut(job_id, alloc_id, host) else {
+            return Response::Report { accepted: false };
+        };
+        if record.job.state != JobState::Running {
+            // Already recorded: a retried report.
+            return Response::Report { accepted: true };
+        }
+        let final_state = if record.job.cancel_requested {
+            JobState::Cancelled
+        } else if exit_code == 0 && signal == 0 && launch_error.is_empty() {
+            JobState::Completed
+        } else {
+            JobState::Failed
+        };
+        record.job.state = final_state;
+        record.job.end_ms = now_ms;
+        record.job.exit_code = exit_code;
+        record.job.exit_signal = signal;
+        let how = if !launch_error.is_empty() {
+            format!("could not start: {launch_error}")
+        } else if signal != 0 {
+            format!("killed by signal {signal}")
+        } else {
+            format!("exit code {exit_code}")
+        };
+        record.push_event(now_ms, "ended", format!("{} on {host}: {how}", final_state.slurm_name()));
+        let resources = record.job.alloc.as_ref().map(|a| a.resources).unwrap_or_default();
+        self.running.remove(&job_id);
+        if let Some(h) = self.data.hosts.get_mut(host) {
+            h.allocated = h.allocated.saturating_sub(resources);
+            dirty.hosts.insert(host.to_string());
+        }
+        dirty.jobs.insert(job_id);
+        Response::Report { accepted: true }
+    }
+}
+
+/// Checks a submit before it makes a job. Deterministic, like all of apply:
+/// the leader runs the same checks before proposing, so a rejection here is
+/// a second line of defence.
+pub fn validate_submit(request_id: &str, spec: &JobSpec) -> Result<(), String> {
+    if request_id.is_empty() {
+        return Err("request_id is required (any unique string per submit)".into());
+    }
+    if request_id.len() > REQUEST_ID_BYTES_MAX {
+        return Err(format!("request_id is longer than {REQUEST_ID_BYTES_MAX} bytes"));
+    }
+    if spec.command.trim().is_empty() {
+        return Err("the job has no command".into());
+    }
+    if spec.command.len() > COMMAND_BYTES_MAX {
+        return Err(format!("the job's command is longer than {COMMAND_BYTES_MAX} bytes"));
+    }
+    if spec.nodes > 1 {
+        return Err(format!(
+            "jobs on more than one host are not supported yet (asked for {} nodes)",
+            spec.nodes
+        ));
+    }
+    if !spec.gres.is_empty() {
+        return Err(format!(
+            "generic resources are not supported yet (asked for {})",
+            spec.gres.join(",")
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+use super::*;
+use berth_scheduler::Inventory;
+
+fn spec(cmd: &str, cpus: u32) -> JobSpec {
+    JobSpec {
+        user: "alice".into(),
+        command: cmd.into(),
+        cpus,
+        ..JobSpec::default()
+    }
+}
+
+fn submit(state: &mut SmState, request_id: &str, cpus: u32) -> Response {
+    let mut dirty = Dirty::default();
+    state.apply(
+        &Command::SubmitJob {
+            request_id: request_id.into(),
+            spec: spec("true", cpus),
+            now_ms: 1_000,
+        },
+        &mut dirty,
+    )
+}
+
+fn register(state: &mut SmState, name: &str, cpus: u32) {
+    let mut dirty = Dirty::default();
+    let r = state.apply(
+        &Command::RegisterHost {
+            name: name.into(),
+            inventory: Inventory { cpus, mem_mb: 4096 },
+            now_ms: 1,
+        },
+        &mut dirty,
+    );
+    assert_eq!(r, Response::HostRegistered);
+}
+
+fn place(state: &mut SmState, job_id: JobId, host: &str, cpus: u32) -> Response {
+    let mut dirty = Dirty::default();
+    state.apply(
+        &Command::ApplyPlan {
+            snapshot_index: 0,
+            now_ms: 2_000,
+            starts: vec![Placement {
+                job_id,
+                host: host.into(),
+                resources: Resources { cpus, mem_mb: 0 },
+            }],
+        },
+        &mut dirty,
+    )
+}
+
+#[test]
+fn ids_are_sequential_and_submits_idempotent() {
+    let mut s = SmState::default();
+    assert_eq!(submit(&mut s, "a", 1), Response::Submitted { job_id: 1, duplicate: false });
+    assert_eq!(submit(&mut s, "b", 1), Response::Submitted { job_id: 2, duplicate: false });
+    assert_eq!(submit(&mut s, "a", 1), Response::Submitted { job_id: 1, duplicate: true });
+    assert_eq!(s.data.counters.next_job_id, 3);
+}
+
+#[test]
+fn invalid_submit_changes_nothing() {
+    let mut s = SmState::default();
+    let mut dirty = Dirty::default();
+    let r = s.apply(
+        &Command::SubmitJob {
+            request_id: "x".into(),
+            spec: spec("   ", 1),
+            now_ms: 0,
+        },
+        &mut dirty,
+    );
+    assert!(matches!(r, Response::Rejected { .. }));
+    assert_eq!(s.data.counters.next_job_id, 1);
+    assert!(dirty.jobs.is_empty());
+    assert!(s.data.request_ids.is_empty());
+}
+
+#[test]
+fn plan_is_rechecked_against_current_state() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    submit(&mut s, "a", 3);
+    submit(&mut s, "b", 3);
+    assert_eq!(place(&mut s, 1, "h1", 3), Response::PlanApplied { started: 1, dropped: 0 });
+    // A second plan computed from a stale snapshot must not overcommit h1.
+    assert_eq!(place(&mut s, 2, "h1", 3), Response::PlanApplied { started: 0, dropped: 1 });
+    // Nor start a job twice, nor place on an unknown host.
+    assert_eq!(place(&mut s, 1, "h1", 1), Response::PlanApplied { started: 0, dropped: 1 });
+    assert_eq!(place(&mut s, 2, "nope", 3), Response::PlanApplied { started: 0, dropped: 1 });
+    assert_eq!(s.data.hosts["h1"].allocated.cpus, 3);
+}
+
+#[test]
+fn exit_frees_resources_and_stale_reports_are_refused() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    submit(&mut s, "a", 4);
+    place(&mut s, 1, "h1", 4);
+    let alloc_id = s.job(1).and_then(|r| r.job.alloc.clone()).map(|a| a.alloc_id).unwrap_or(0);
+    let mut dirty = Dirty::default();
+    let stale = Command::JobExited {
+        job_id: 1,
+        alloc_id: alloc_id + 7,
+        host: "h1".into(),
+        exit_code: 0,
+        signal: 0,
+        launch_error: String::new(),
+        now_ms: 3_000,
+    };
+    assert_eq!(s.apply(&stale, &mut dirty), Response::Report { accepted: false });
+    let real = Command::JobExited {
+        job_id: 1,
+        alloc_id,
+        host: "h1".into(),
+        exit_code: 2,
+        signal: 0,
+        launch_error: String::new(),
+        now_ms: 3_000,
+    };
+    assert_eq!(s.apply(&real, &mut dirty), Response::Report { accepted: true });
+    assert_eq!(s.apply(&real, &mut dirty), Response::Report { accepted: true });
+    let job = &s.job(1).map(|r| r.job.clone()).unwrap_or_else(|| panic!("job 1"));
+    assert_eq!(job.state, JobState::Failed);
+    assert_eq!(job.exit_code, 2);
+    assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
+    assert!(s.assignments_for("h1").is_empty());
+}
+
+#[test]
+fn cancel_running_job_leaves_assignment_set_then_ends_cancelled() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    submit(&mut s, "a", 1);
+    place(&mut s, 1, "h1", 1);
+    assert_eq!(s.assignments_for("h1").len(), 1);
+    let mut dirty = Dirty::default();
+    let r = s.apply(&Command::CancelJob { job_id: 1, now_ms: 5 }, &mut dirty);
+    assert_eq!(r, Response::Cancelled { previous_state: JobState::Running });
+    assert!(s.assignments_for("h1").is_empty());
+    let alloc_id = s.job(1).and_then(|r| r.job.alloc.clone()).map(|a| a.alloc_id).unwrap_or(0);
+    s.apply(
+        &Command::JobExited {
+            job_id: 1,
+            alloc_id,
+            host: "h1".into(),
+            exit_code: 0,
+            signal: 15,
+            launch_error: String::new(),
+            now_ms: 6,
+        },
+        &mut dirty,
+    );
+    assert_eq!(s.job(1).map(|r| r.job.state), Some(JobState::Cancelled));
+    let again = s.apply(&Command::CancelJob { job_id: 1, now_ms: 7 }, &mut dirty);
+    assert!(matches!(again, Response::Rejected { .. }));
+}
+
+#[test]
+fn request_ids_are_bounded() {
+    let mut s = SmState::default();
+    let n = REQUEST_IDS_RETAINED_JOBS + 10;
+    for i in 0..n {
+        submit(&mut s, &format!("r{i}"), 1);
+    }
+    assert_eq!(s.data.request_ids.len() as u64, REQUEST_IDS_RETAINED_JOBS);
+    assert!(!s.data.request_ids.contains_key("r0"));
+    assert!(s.data.request_ids.contains_key(&format!("r{}", n - 1)));
+}
+
+#[test]
+fn rebuilding_from_data_restores_indexes() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    submit(&mut s, "a", 2);
+    submit(&mut s, "b", 1);
+    place(&mut s, 1, "h1", 2);
+    let rebuilt = SmState::from_data(s.data.clone());
+    assert_eq!(rebuilt.data.hosts["h1"].allocated.cpus, 2);
+    assert_eq!(rebuilt.pending_ids().collect::<Vec<_>>(), vec![2]);
+    assert_eq!(rebuilt.running_ids().collect::<Vec<_>>(), vec![1]);
+}
