@@ -126,8 +126,10 @@ pub async fn run(cfg: SessionConfig, links: SessionLinks) {
     }
 }
 
-/// One session against `addr`. Sets `established` once registered and
-/// watching, so the caller resets its backoff.
+/// One session against `addr`. Sets `established` once the first
+/// assignment set has arrived, so the caller resets its backoff only for a
+/// session that worked (a server that accepts and hangs up at once keeps
+/// the backoff growing).
 async fn session(
     addr: &str,
     cfg: &SessionConfig,
@@ -168,11 +170,9 @@ async fn session(
         Ok(r) => r.into_inner(),
         Err(s) => return classify(addr, "WatchAssignments", s),
     };
-    *established = true;
-
     tokio::select! {
         end = heartbeats(addr, client, cfg, &links.running_rx, interval_ms) => end,
-        end = watch_assignments(addr, stream, &links.desired_tx) => end,
+        end = watch_assignments(addr, stream, &links.desired_tx, established) => end,
     }
 }
 
@@ -238,6 +238,7 @@ async fn watch_assignments(
     addr: &str,
     mut stream: Streaming<AssignmentSet>,
     desired_tx: &watch::Sender<Option<AssignmentSet>>,
+    established: &mut bool,
 ) -> SessionEnd {
     // applied_index only increases within one stream; a new stream (maybe
     // from a new leader) starts a new fence.
@@ -245,6 +246,7 @@ async fn watch_assignments(
     loop {
         match stream.message().await {
             Ok(Some(set)) => {
+                *established = true;
                 if fence.accept(set.applied_index) {
                     desired_tx.send_replace(Some(set));
                 } else {

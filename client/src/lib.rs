@@ -1,1 +1,38 @@
+//! `berth_client`: how the `berth` CLI, and tools such as the chaos-test
+//! harness, talk to a Berth cluster and print what it says in Slurm's words.
+//!
+//! - [`connect`], [`Cluster`]: reach any node of a cluster, riding out a
+//!   leader failover (any node accepts every call; followers forward
+//!   writes to the leader).
+//! - [`servers_from`]: the server list from `--server` / `BERTH_SERVER`.
+//! - [`time`], [`mem`], [`state`], [`export`], [`script`]: Slurm's input
+//!   formats (`-t`, `--mem`, `-t` states, `--export`, `#SBATCH` lines).
+//! - [`queue`], [`show`], [`json`]: output as squeue, scontrol, or JSON.
 
+pub mod cluster;
+pub mod connect;
+pub mod error;
+pub mod export;
+pub mod json;
+pub mod mem;
+pub mod queue;
+pub mod script;
+pub mod servers;
+pub mod show;
+pub mod state;
+pub mod time;
+pub mod user;
+
+pub use cluster::{Cluster, RetryPolicy};
+pub use connect::{connect, ApiClient, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS};
+pub use error::ClientError;
+pub use servers::{servers_from, DEFAULT_SERVER, SERVER_ENV};
+
+/// Now, in ms since the Unix epoch, for the TIME column. A clock before
+/// 1970 reads as 0 rather than failing a listing.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

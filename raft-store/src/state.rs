@@ -131,7 +131,7 @@ impl SmState {
                     state.running.insert(*id);
                     if let Some(alloc) = &record.job.alloc {
                         if let Some(host) = data.hosts.get_mut(&alloc.host) {
-                            host.allocated = host.allocated.add(alloc.resources);
+                            host.allocated = host.allocated.saturating_add(alloc.resources);
                         }
                     }
                 }
@@ -412,7 +412,7 @@ impl SmState {
         if fits(&view, placement.resources).is_err() {
             return false;
         }
-        host.allocated = host.allocated.add(placement.resources);
+        host.allocated = host.allocated.saturating_add(placement.resources);
         debug_assert!(host.allocated.within(host.inventory.resources()));
         let alloc_id = self.data.counters.next_alloc_id;
         self.data.counters.next_alloc_id += 1;

@@ -24,7 +24,7 @@ impl Resources {
         }
     }
 
-    pub fn add(self, other: Resources) -> Resources {
+    pub fn saturating_add(self, other: Resources) -> Resources {
         Resources {
             cpus: self.cpus.saturating_add(other.cpus),
             mem_mb: self.mem_mb.saturating_add(other.mem_mb),

@@ -86,7 +86,7 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, _now_ms: u64) -> Plan {
         for host in hosts.iter_mut() {
             match fits(host, job.request) {
                 Ok(()) => {
-                    host.allocated = host.allocated.add(job.request);
+                    host.allocated = host.allocated.saturating_add(job.request);
                     plan.starts.push(Placement {
                         job_id: job.id,
                         host: host.name.clone(),
