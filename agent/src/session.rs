@@ -90,6 +90,10 @@ pub async fn run(cfg: SessionConfig, links: SessionLinks) {
     let mut backoff = Backoff::new(RECONNECT_BACKOFF_MIN_MS, RECONNECT_BACKOFF_MAX_MS);
     let mut next_server = 0usize;
     let mut hint: Option<String> = None;
+    // False until the cluster accepted this process's first Register: that
+    // one tells the leader the agent restarted, so allocations it placed
+    // here before and that are not running now are ended as lost.
+    let mut registered_before = false;
     loop {
         let addr = match hint.take() {
             Some(a) => a,
@@ -104,7 +108,7 @@ pub async fn run(cfg: SessionConfig, links: SessionLinks) {
             }
         };
         let mut established = false;
-        let end = session(&addr, &cfg, &links, &mut established).await;
+        let end = session(&addr, &cfg, &links, &mut established, &mut registered_before).await;
         links.channel_tx.send_replace(None);
         if established {
             backoff.reset();
@@ -135,6 +139,7 @@ async fn session(
     cfg: &SessionConfig,
     links: &SessionLinks,
     established: &mut bool,
+    registered_before: &mut bool,
 ) -> SessionEnd {
     let channel = match connect(addr).await {
         Ok(c) => c,
@@ -148,11 +153,13 @@ async fn session(
         inventory: Some(cfg.inventory.clone()),
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         running: links.running_rx.borrow().clone(),
+        agent_restarted: !*registered_before,
     };
     let resp = match with_timeout(client.register(register)).await {
         Ok(r) => r.into_inner(),
         Err(s) => return classify(addr, "Register", s),
     };
+    *registered_before = true;
     let interval_ms = heartbeat_interval_ms(resp.heartbeat_interval_ms, cfg.heartbeat_interval_ms);
     tracing::info!(
         server = %addr,

@@ -4,6 +4,7 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,20 @@ fn binary(dir: &Path, name: &str) -> Result<PathBuf, HarnessError> {
     }
 }
 
+/// A command whose process gets SIGKILL if the one that started it dies, so
+/// a crashed or killed test never leaves a cluster behind.
+fn command(program: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    // SAFETY: prctl is async-signal-safe and touches no memory of ours.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// A free loopback port. The port is released before use, so another
 /// process could take it in between; tests tolerate that as a startup
 /// failure rather than a wrong result.
@@ -71,7 +86,8 @@ pub struct LocalCluster {
     berthd: PathBuf,
     agent_bin: PathBuf,
     nodes: Vec<NodeProc>,
-    agents: Vec<Child>,
+    /// Agent `i` (1-based) is `agents[i - 1]`: its CPUs and its process.
+    agents: Vec<(u32, Option<Child>)>,
 }
 
 /// Knobs for [`LocalCluster::start`].
@@ -135,8 +151,11 @@ impl LocalCluster {
         for id in 1..=options.nodes {
             cluster.start_node(id)?;
         }
+        for _ in 1..=options.agents {
+            cluster.agents.push((options.agent_cpus, None));
+        }
         for i in 1..=options.agents {
-            cluster.start_agent(i, options.agent_cpus)?;
+            cluster.start_agent(i)?;
         }
         Ok(cluster)
     }
@@ -153,7 +172,7 @@ impl LocalCluster {
         let (out, err) = self.log_file(&format!("node-{id}.log"))?;
         let berthd = self.berthd.clone();
         let node = self.node_mut(id)?;
-        let child = Command::new(berthd)
+        let child = command(&berthd)
             .arg("--config")
             .arg(&node.config_path)
             .stdin(Stdio::null())
@@ -164,15 +183,40 @@ impl LocalCluster {
         Ok(())
     }
 
-    fn start_agent(&mut self, i: u32, cpus: u32) -> Result<(), HarnessError> {
+    /// Host name of agent `i`.
+    pub fn agent_host(i: u32) -> String {
+        format!("test-host-{i}")
+    }
+
+    /// kill -9 agent `i` (1-based). Its jobs' processes are left running,
+    /// as they would be after a real agent crash.
+    pub fn kill_agent(&mut self, i: u32) -> Result<(), HarnessError> {
+        let slot = self
+            .agents
+            .get_mut((i as usize).wrapping_sub(1))
+            .ok_or(HarnessError::NoSuchNode(i as u64))?;
+        if let Some(mut child) = slot.1.take() {
+            child.kill()?;
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Starts agent `i` (1-based) if it is not running.
+    pub fn start_agent(&mut self, i: u32) -> Result<(), HarnessError> {
+        let cpus = match self.agents.get((i as usize).wrapping_sub(1)) {
+            Some((_, Some(_))) => return Ok(()),
+            Some((cpus, None)) => *cpus,
+            None => return Err(HarnessError::NoSuchNode(i as u64)),
+        };
         let (out, err) = self.log_file(&format!("agent-{i}.log"))?;
         let work = self.dir.join("work");
         std::fs::create_dir_all(&work)?;
-        let mut cmd = Command::new(&self.agent_bin);
+        let mut cmd = command(&self.agent_bin);
         cmd.arg("--server")
             .arg(self.servers().join(","))
             .arg("--host")
-            .arg(format!("test-host-{i}"))
+            .arg(Self::agent_host(i))
             .arg("--work-dir")
             .arg(&work);
         if cpus > 0 {
@@ -181,7 +225,9 @@ impl LocalCluster {
             cmd.arg("--config").arg(config);
         }
         let child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn()?;
-        self.agents.push(child);
+        if let Some(slot) = self.agents.get_mut((i as usize).wrapping_sub(1)) {
+            slot.1 = Some(child);
+        }
         Ok(())
     }
 
@@ -283,7 +329,7 @@ impl LocalCluster {
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
-        for agent in self.agents.iter_mut() {
+        for agent in self.agents.iter().filter_map(|(_, c)| c.as_ref()) {
             // SIGTERM first so the agent stops its jobs; then make sure.
             // SAFETY: kill(2) on a child we spawned.
             unsafe {
@@ -291,7 +337,7 @@ impl Drop for LocalCluster {
             }
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        for agent in self.agents.iter_mut() {
+        for agent in self.agents.iter_mut().filter_map(|(_, c)| c.as_mut()) {
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = agent.try_wait() {
                     break;

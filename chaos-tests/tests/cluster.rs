@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use berth_chaos::harness::{status_of, ClusterOptions, LocalCluster};
-use berth_proto::api::{GetJobRequest, JobSpec, JobState, ListJobsRequest, SubmitJobRequest};
+use berth_proto::api::{
+    GetJobRequest, JobSpec, JobState, ListJobsRequest, SubmitJobRequest, WatchJobEventsRequest,
+};
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 const JOB_DEADLINE: Duration = Duration::from_secs(60);
@@ -162,4 +164,57 @@ async fn restart_of_all_nodes_keeps_jobs_and_id_counter() {
     // new one takes the next id.
     assert_eq!(submit(&cluster, "restart-ok", "exit 0").await, ok);
     assert_eq!(submit(&cluster, "restart-new", "exit 0").await, next_before);
+}
+
+/// Invariant 6: an agent that restarts after kill -9 does not run the
+/// allocation its predecessor was running a second time; the job ends
+/// NODE_FAIL, and the host takes new work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_agent_never_runs_a_job_twice() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cluster = LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    cluster.wait_for_leader(LEADER_DEADLINE).await.expect("leader");
+
+    let starts = tmp.path().join("starts.txt");
+    let job = submit(
+        &cluster,
+        "agent-restart",
+        &format!("echo started >> {0}; sleep 3; echo ended >> {0}", starts.display()),
+    )
+    .await;
+    wait_for_state(&cluster, job, JobState::Running).await;
+    let deadline = Instant::now() + JOB_DEADLINE;
+    while !starts.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    cluster.kill_agent(1).expect("kill agent");
+    cluster.start_agent(1).expect("restart agent");
+    wait_for_state(&cluster, job, JobState::NodeFail).await;
+
+    // The host is back in service: a new job runs to completion.
+    let after = submit(&cluster, "after-agent-restart", "exit 0").await;
+    wait_for_state(&cluster, after, JobState::Completed).await;
+
+    // The orphaned first run finishes on its own; a second run would have
+    // been launched right after the restart, so by now it would show.
+    let deadline = Instant::now() + JOB_DEADLINE;
+    while !read_output(&starts).contains("ended") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(read_output(&starts), "started\nended\n", "the job ran more than once");
+
+    let mut client = cluster.client().await.expect("client");
+    let mut events = client
+        .watch_job_events(WatchJobEventsRequest { job_id: job })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut kinds = Vec::new();
+    while let Ok(Some(e)) = events.message().await {
+        kinds.push(e.kind);
+    }
+    assert_eq!(kinds.first().map(String::as_str), Some("submitted"));
+    assert_eq!(kinds.iter().filter(|k| *k == "allocated").count(), 1, "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("node-fail"), "{kinds:?}");
 }

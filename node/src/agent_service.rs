@@ -71,6 +71,8 @@ impl AgentService for AgentServiceImpl {
         let command = Command::RegisterHost {
             name: req.host.clone(),
             inventory,
+            agent_restarted: req.agent_restarted,
+            running_allocs: req.running.iter().map(|r| r.alloc_id).collect(),
             now_ms: 0,
         };
         match self.node.propose(command).await? {

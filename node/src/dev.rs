@@ -79,7 +79,17 @@ fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
 fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
     let out = std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     let err = out.try_clone()?;
-    let child = Command::new(program)
+    let mut command = Command::new(program);
+    // SAFETY: prctl is async-signal-safe; between fork and exec it only
+    // asks the kernel to SIGTERM the child if this process dies, so no
+    // node or agent outlives a `berthd dev` that was killed.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let child = command
         .args(args)
         .stdin(Stdio::null())
         .stdout(out)
@@ -197,9 +207,16 @@ async fn wait_until_ready(servers: &[String], agents: usize) -> anyhow::Result<(
 async fn supervise(procs: &mut [Proc]) {
     let mut reported = vec![false; procs.len()];
     let mut poll = tokio::time::interval(Duration::from_millis(500));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return,
+            _ = async {
+                match term.as_mut() {
+                    Some(t) => { t.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => return,
             _ = poll.tick() => {}
         }
         for (i, p) in procs.iter_mut().enumerate() {

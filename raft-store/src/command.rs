@@ -46,10 +46,13 @@ pub enum Command {
     /// Cancel a job: pending ones end at once, running ones once their agent
     /// reports the stop.
     CancelJob { job_id: JobId, now_ms: u64 },
-    /// An agent's host and inventory.
+    /// An agent's host and inventory. When `agent_restarted`, allocations
+    /// on the host whose ids are not in `running_allocs` are lost.
     RegisterHost {
         name: String,
         inventory: Inventory,
+        agent_restarted: bool,
+        running_allocs: Vec<u64>,
         now_ms: u64,
     },
     /// One scheduling pass's placements, computed from the state at

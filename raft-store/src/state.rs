@@ -222,8 +222,16 @@ impl SmState {
             Command::RegisterHost {
                 name,
                 inventory,
+                agent_restarted,
+                running_allocs,
                 now_ms,
-            } => self.register_host(name, inventory, *now_ms, dirty),
+            } => {
+                let response = self.register_host(name, inventory, *now_ms, dirty);
+                if *agent_restarted && response == Response::HostRegistered {
+                    self.end_lost_allocations(name, running_allocs, *now_ms, dirty);
+                }
+                response
+            }
             Command::ApplyPlan {
                 snapshot_index,
                 now_ms,
@@ -370,6 +378,42 @@ impl SmState {
         );
         dirty.hosts.insert(name.to_string());
         Response::HostRegistered
+    }
+
+    /// Ends as NODE_FAIL every job running on `host` whose allocation its
+    /// restarted agent does not run: the process is gone, and launching it
+    /// again could run the job twice.
+    fn end_lost_allocations(&mut self, host: &str, running_allocs: &[u64], now_ms: u64, dirty: &mut Dirty) {
+        let lost: Vec<JobId> = self
+            .running
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id))
+            .filter(|r| {
+                r.job
+                    .alloc
+                    .as_ref()
+                    .is_some_and(|a| a.host == host && !running_allocs.contains(&a.alloc_id))
+            })
+            .map(|r| r.job.id)
+            .collect();
+        for job_id in lost {
+            let Some(record) = self.data.jobs.get_mut(&job_id) else {
+                continue;
+            };
+            let resources = record.job.alloc.as_ref().map(|a| a.resources).unwrap_or_default();
+            record.job.state = JobState::NodeFail;
+            record.job.end_ms = now_ms;
+            record.push_event(
+                now_ms,
+                "node-fail",
+                format!("NODE_FAIL: the agent on {host} restarted and no longer runs this allocation"),
+            );
+            self.running.remove(&job_id);
+            if let Some(h) = self.data.hosts.get_mut(host) {
+                h.allocated = h.allocated.saturating_sub(resources);
+            }
+            dirty.jobs.insert(job_id);
+        }
     }
 
     fn apply_plan(&mut self, snapshot_index: u64, starts: &[Placement], now_ms: u64, dirty: &mut Dirty) -> Response {

@@ -59,6 +59,19 @@ pub fn describe(tool: Tool, err: &clap::Error) -> Report {
     }
 }
 
+/// The error as a phrase without a program name, for errors found in
+/// `#SBATCH` lines: "unrecognized option '--foo'" or clap's message.
+pub fn phrase(err: &clap::Error) -> String {
+    if err.kind() != ErrorKind::UnknownArgument {
+        return first_line(err);
+    }
+    match unknown_argument(err) {
+        Some(arg) if arg.starts_with('-') => format!("unrecognized option '{arg}'"),
+        Some(arg) => format!("unexpected argument '{arg}'"),
+        None => first_line(err),
+    }
+}
+
 /// The offending word of an unknown-argument error, without any `=value`.
 fn unknown_argument(err: &clap::Error) -> Option<String> {
     match err.get(ContextKind::InvalidArg)? {

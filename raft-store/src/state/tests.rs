@@ -28,6 +28,8 @@ fn register(state: &mut SmState, name: &str, cpus: u32) {
         &Command::RegisterHost {
             name: name.into(),
             inventory: Inventory { cpus, mem_mb: 4096 },
+            agent_restarted: false,
+            running_allocs: Vec::new(),
             now_ms: 1,
         },
         &mut dirty,
@@ -181,4 +183,31 @@ fn rebuilding_from_data_restores_indexes() {
     assert_eq!(rebuilt.data.hosts["h1"].allocated.cpus, 2);
     assert_eq!(rebuilt.pending_ids().collect::<Vec<_>>(), vec![2]);
     assert_eq!(rebuilt.running_ids().collect::<Vec<_>>(), vec![1]);
+}
+
+#[test]
+fn restarted_agent_loses_allocations_it_does_not_run() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    submit(&mut s, "a", 1);
+    submit(&mut s, "b", 1);
+    place(&mut s, 1, "h1", 1);
+    place(&mut s, 2, "h1", 1);
+    let alloc_of = |s: &SmState, id| s.job(id).and_then(|r| r.job.alloc.clone()).map(|a| a.alloc_id).unwrap_or(0);
+    let kept = alloc_of(&s, 2);
+    let mut dirty = Dirty::default();
+    s.apply(
+        &Command::RegisterHost {
+            name: "h1".into(),
+            inventory: Inventory { cpus: 4, mem_mb: 4096 },
+            agent_restarted: true,
+            running_allocs: vec![kept],
+            now_ms: 9,
+        },
+        &mut dirty,
+    );
+    assert_eq!(s.job(1).map(|r| r.job.state), Some(JobState::NodeFail));
+    assert_eq!(s.job(2).map(|r| r.job.state), Some(JobState::Running));
+    assert_eq!(s.data.hosts["h1"].allocated.cpus, 1);
+    assert_eq!(s.assignments_for("h1").len(), 1);
 }

@@ -1,0 +1,563 @@
+//! `berth submit` / `sbatch`: build a job from options, `#SBATCH` lines and
+//! a command or script, check all of it, then submit it once (retried on
+//! failover under one request id).
+
+use super::{clap_errors, output, GlobalArgs, SbatchCli, Tool};
+use anyhow::{anyhow, bail, Context as _, Result};
+use berth_client::export::parse_export;
+use berth_client::json::submit_json;
+use berth_client::mem::parse_mem_mb;
+use berth_client::script::{check_script, sbatch_directives, script_command};
+use berth_client::time::parse_time_limit;
+use berth_client::user::current_user;
+use berth_client::{servers_from, Cluster};
+use berth_proto::api::{JobSpec, SubmitJobRequest};
+use clap::{Args, Parser};
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Options of `berth submit` / `sbatch`, named as sbatch names them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SubmitArgs {
+    /// Run this command line (by /bin/sh) instead of a script
+    #[arg(long, value_name = "CMD")]
+    pub wrap: Option<String>,
+    /// Job name [default: the script's file name, or the command's first word]
+    #[arg(short = 'J', long = "job-name", value_name = "NAME")]
+    pub job_name: Option<String>,
+    /// CPUs per task
+    #[arg(short = 'c', long = "cpus-per-task", value_name = "N")]
+    pub cpus_per_task: Option<u32>,
+    /// Tasks (all on the one host); CPUs asked = tasks x cpus-per-task
+    #[arg(short = 'n', long = "ntasks", value_name = "N")]
+    pub ntasks: Option<u32>,
+    /// Memory for the job: a number with K, M, G or T [default unit: M]
+    #[arg(long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// Time limit: minutes, minutes:seconds, hours:minutes:seconds,
+    /// days-hours, days-hours:minutes, days-hours:minutes:seconds or UNLIMITED
+    #[arg(short = 't', long, value_name = "TIME")]
+    pub time: Option<String>,
+    /// Hosts: only 1 is supported for now
+    #[arg(short = 'N', long, value_name = "N[-M]")]
+    pub nodes: Option<String>,
+    /// Partitions the job may run in, comma-separated
+    #[arg(short = 'p', long, value_name = "NAME[,...]")]
+    pub partition: Option<String>,
+    /// Quality of service
+    #[arg(short = 'q', long, value_name = "QOS")]
+    pub qos: Option<String>,
+    /// Account to charge
+    #[arg(short = 'A', long, value_name = "ACCOUNT")]
+    pub account: Option<String>,
+    /// Working directory of the job [default: the current directory]
+    #[arg(short = 'D', long, value_name = "DIR")]
+    pub chdir: Option<PathBuf>,
+    /// File for stdout (%j job id, %x name, %u user, %N host)
+    #[arg(short = 'o', long, value_name = "PATTERN")]
+    pub output: Option<String>,
+    /// File for stderr [default: same as stdout]
+    #[arg(short = 'e', long, value_name = "PATTERN")]
+    pub error: Option<String>,
+    /// Submit held: the job waits until released
+    #[arg(short = 'H', long)]
+    pub hold: bool,
+    /// Requeue the job after a node failure
+    #[arg(long, overrides_with = "no_requeue")]
+    pub requeue: bool,
+    /// Never requeue the job (the default)
+    #[arg(long = "no-requeue", overrides_with = "requeue")]
+    pub no_requeue: bool,
+    /// Lower the job's priority by N [default N: 100]
+    #[arg(
+        long,
+        value_name = "N",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "100",
+        allow_negative_numbers = true
+    )]
+    pub nice: Option<i32>,
+    /// Free-form comment
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
+    /// Environment for the job: ALL, NONE, NAME or NAME=VALUE, comma-separated.
+    /// Only named variables are passed; ALL does not copy your environment
+    #[arg(long, value_name = "LIST")]
+    pub export: Option<String>,
+    /// Generic resources per host, e.g. gpu:a100:2,emu:palladium:4
+    #[arg(long, value_name = "LIST")]
+    pub gres: Option<String>,
+    /// Print only the job id
+    #[arg(long)]
+    pub parsable: bool,
+    /// Print the answer as JSON
+    #[arg(long)]
+    pub json: bool,
+    /// Batch script [default: read from standard input]
+    #[arg(value_name = "SCRIPT")]
+    pub script: Option<PathBuf>,
+    /// Arguments for the script
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub script_args: Vec<String>,
+}
+
+/// What the job runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `--wrap CMD`.
+    Wrap(String),
+    /// A batch script, from a file or stdin.
+    Script {
+        text: String,
+        /// The default job name: the file name, or "sbatch" for stdin.
+        name: String,
+        args: Vec<String>,
+    },
+}
+
+const NO_COMMAND: &str =
+    "no command to run: give --wrap CMD, a batch script file, or a script on standard input";
+
+/// The caller's side of a submit, a parameter so building a job is a pure
+/// function tests can drive.
+pub struct Caller {
+    pub cwd: PathBuf,
+    pub user: String,
+    pub lookup_env: Box<dyn Fn(&str) -> Option<String>>,
+}
+
+impl Caller {
+    fn real() -> Result<Caller> {
+        Ok(Caller {
+            cwd: std::env::current_dir().context("cannot determine the current directory")?,
+            user: current_user(),
+            lookup_env: Box::new(|name| std::env::var(name).ok()),
+        })
+    }
+}
+
+pub async fn run(tool: Tool, global: &GlobalArgs, cli: SubmitArgs) -> Result<ExitCode> {
+    let source = read_source(&cli)?;
+    let args = match &source {
+        Source::Script { text, .. } => cli.overlaid_on(directive_args(tool, text)?),
+        Source::Wrap(_) => cli,
+    };
+    let request = build_request(&args, &source, &Caller::real()?)?;
+    let mut cluster = Cluster::new(servers_from(global.server.clone()));
+    let response = cluster.submit_job(request).await?;
+    if args.json {
+        output::emit_json(&submit_json(&response))?;
+    } else if args.parsable {
+        output::emit(&format!("{}\n", response.job_id))?;
+    } else {
+        output::emit(&format!("Submitted batch job {}\n", response.job_id))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Finds what the job runs: `--wrap`, the script file, or stdin.
+fn read_source(args: &SubmitArgs) -> Result<Source> {
+    match (&args.wrap, &args.script) {
+        (Some(_), Some(_)) => bail!("script arguments are not permitted with --wrap"),
+        (Some(command), None) if command.trim().is_empty() => bail!(NO_COMMAND),
+        (Some(command), None) => Ok(Source::Wrap(command.clone())),
+        (None, Some(path)) => {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("unable to open batch script {}", path.display()))?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| anyhow!("batch script {} is not UTF-8 text", path.display()))?;
+            check_script(&text).with_context(|| format!("batch script {}", path.display()))?;
+            Ok(Source::Script {
+                text,
+                name: file_name(path),
+                args: args.script_args.clone(),
+            })
+        }
+        (None, None) => {
+            let mut stdin = std::io::stdin();
+            if stdin.is_terminal() {
+                bail!(NO_COMMAND);
+            }
+            let mut text = String::new();
+            stdin
+                .read_to_string(&mut text)
+                .context("cannot read a batch script from standard input")?;
+            if text.trim().is_empty() {
+                bail!(NO_COMMAND);
+            }
+            check_script(&text).context("batch script on standard input")?;
+            Ok(Source::Script {
+                text,
+                name: "sbatch".to_string(),
+                args: Vec::new(),
+            })
+        }
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// The options in a script's `#SBATCH` lines, parsed as sbatch's own.
+fn directive_args(tool: Tool, text: &str) -> Result<SubmitArgs> {
+    let words = sbatch_directives(text)?;
+    if words.is_empty() {
+        return Ok(SubmitArgs::default());
+    }
+    let argv = std::iter::once(tool.prog().to_string()).chain(words);
+    let parsed = SbatchCli::try_parse_from(argv).map_err(|err| {
+        anyhow!(
+            "invalid directive found in batch script: {}",
+            clap_errors::phrase(&err)
+        )
+    })?;
+    let args = parsed.submit;
+    if parsed.global.server.is_some() {
+        bail!("invalid directive found in batch script: --server cannot be set in #SBATCH lines");
+    }
+    if args.wrap.is_some() {
+        bail!("invalid directive found in batch script: --wrap cannot be set in #SBATCH lines");
+    }
+    if let Some(word) = args.script.as_ref() {
+        bail!(
+            "invalid directive found in batch script: unexpected argument '{}'",
+            word.display()
+        );
+    }
+    Ok(args)
+}
+
+impl SubmitArgs {
+    /// These options (the command line) on top of `base` (the script's
+    /// `#SBATCH` lines): as in sbatch, the command line wins.
+    pub fn overlaid_on(self, base: SubmitArgs) -> SubmitArgs {
+        let requeue_given = self.requeue || self.no_requeue;
+        SubmitArgs {
+            wrap: self.wrap.or(base.wrap),
+            job_name: self.job_name.or(base.job_name),
+            cpus_per_task: self.cpus_per_task.or(base.cpus_per_task),
+            ntasks: self.ntasks.or(base.ntasks),
+            mem: self.mem.or(base.mem),
+            time: self.time.or(base.time),
+            nodes: self.nodes.or(base.nodes),
+            partition: self.partition.or(base.partition),
+            qos: self.qos.or(base.qos),
+            account: self.account.or(base.account),
+            chdir: self.chdir.or(base.chdir),
+            output: self.output.or(base.output),
+            error: self.error.or(base.error),
+            hold: self.hold || base.hold,
+            requeue: if requeue_given { self.requeue } else { base.requeue },
+            no_requeue: if requeue_given { self.no_requeue } else { base.no_requeue },
+            nice: self.nice.or(base.nice),
+            comment: self.comment.or(base.comment),
+            export: self.export.or(base.export),
+            gres: self.gres.or(base.gres),
+            parsable: self.parsable || base.parsable,
+            json: self.json || base.json,
+            script: self.script,
+            script_args: self.script_args,
+        }
+    }
+}
+
+/// Checks every option and builds the request, with a fresh request id.
+pub fn build_request(args: &SubmitArgs, source: &Source, caller: &Caller) -> Result<SubmitJobRequest> {
+    let (command, default_name) = match source {
+        // The server names a wrapped job by the command's first word.
+        Source::Wrap(command) => (command.clone(), String::new()),
+        Source::Script { text, name, args } => (script_command(text, args), name.clone()),
+    };
+    let workdir = match &args.chdir {
+        Some(dir) => caller.cwd.join(dir),
+        None => caller.cwd.clone(),
+    };
+    let workdir = workdir
+        .to_str()
+        .ok_or_else(|| anyhow!("working directory {} is not UTF-8", workdir.display()))?
+        .to_string();
+    let spec = JobSpec {
+        name: args.job_name.clone().unwrap_or(default_name),
+        user: caller.user.clone(),
+        command,
+        workdir,
+        env: match &args.export {
+            Some(list) => parse_export(list, &caller.lookup_env)?,
+            None => Default::default(),
+        },
+        cpus: cpus(args.cpus_per_task, args.ntasks)?,
+        mem_mb: args.mem.as_deref().map(parse_mem_mb).transpose()?.unwrap_or(0),
+        nodes: args.nodes.as_deref().map(parse_nodes).transpose()?.unwrap_or(0),
+        time_limit_s: args.time.as_deref().map(parse_time_limit).transpose()?.unwrap_or(0),
+        partitions: list(args.partition.as_deref()),
+        qos: args.qos.clone().unwrap_or_default(),
+        account: args.account.clone().unwrap_or_default(),
+        gres: list(args.gres.as_deref()),
+        stdout_path: args.output.clone().unwrap_or_default(),
+        stderr_path: args.error.clone().unwrap_or_default(),
+        requeue: args.requeue && !args.no_requeue,
+        hold: args.hold,
+        nice: args.nice.unwrap_or(0),
+        comment: args.comment.clone().unwrap_or_default(),
+    };
+    Ok(SubmitJobRequest {
+        request_id: uuid::Uuid::new_v4().to_string(),
+        spec: Some(spec),
+    })
+}
+
+/// CPUs for the one host: tasks times CPUs per task; 0 (the server's
+/// default of 1) when neither is given.
+fn cpus(per_task: Option<u32>, tasks: Option<u32>) -> Result<u32> {
+    if per_task.is_none() && tasks.is_none() {
+        return Ok(0);
+    }
+    let per_task = per_task.unwrap_or(1);
+    let tasks = tasks.unwrap_or(1);
+    if per_task == 0 {
+        bail!("invalid --cpus-per-task 0: must be at least 1");
+    }
+    if tasks == 0 {
+        bail!("invalid --ntasks 0: must be at least 1");
+    }
+    per_task
+        .checked_mul(tasks)
+        .ok_or_else(|| anyhow!("--ntasks {tasks} x --cpus-per-task {per_task} is too many CPUs"))
+}
+
+/// `-N`: "N" or "MIN-MAX" as sbatch takes it; any count above one host is
+/// refused until multi-node jobs exist.
+fn parse_nodes(text: &str) -> Result<u32> {
+    let number = |s: &str| -> Result<u32> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            bail!("invalid node count \"{text}\": expected N or MIN-MAX");
+        }
+        s.parse()
+            .map_err(|_| anyhow!("invalid node count \"{text}\": too large"))
+    };
+    let (min, max) = match text.trim().split_once('-') {
+        Some((min, max)) => (number(min)?, number(max)?),
+        None => {
+            let n = number(text.trim())?;
+            (n, n)
+        }
+    };
+    if min == 0 || max < min {
+        bail!("invalid node count \"{text}\": need at least 1 and MIN <= MAX");
+    }
+    if min > 1 {
+        bail!("multi-node jobs are not supported yet (-N {text}): a Berth job runs on one host");
+    }
+    Ok(1)
+}
+
+/// A comma list with blanks and empty entries dropped.
+fn list(text: Option<&str>) -> Vec<String> {
+    text.map(|t| {
+        t.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(args: &[&str]) -> SubmitArgs {
+        let argv = std::iter::once("sbatch").chain(args.iter().copied());
+        match SbatchCli::try_parse_from(argv) {
+            Ok(cli) => cli.submit,
+            Err(err) => panic!("{args:?}: {err}"),
+        }
+    }
+
+    fn caller() -> Caller {
+        Caller {
+            cwd: PathBuf::from("/home/alice/work"),
+            user: "alice".into(),
+            lookup_env: Box::new(|name| (name == "EDITOR").then(|| "vi".to_string())),
+        }
+    }
+
+    fn spec(args: &SubmitArgs, source: &Source) -> Result<JobSpec> {
+        let request = build_request(args, source, &caller())?;
+        assert_eq!(uuid::Uuid::parse_str(&request.request_id).map(|u| u.get_version_num()).ok(), Some(4));
+        request.spec.ok_or_else(|| anyhow!("no spec"))
+    }
+
+    fn wrap(cmd: &str) -> Source {
+        Source::Wrap(cmd.into())
+    }
+
+    fn message(result: Result<JobSpec>) -> String {
+        match result {
+            Ok(spec) => panic!("accepted: {spec:?}"),
+            Err(err) => format!("{err:#}"),
+        }
+    }
+
+    #[test]
+    fn every_option_reaches_the_spec() {
+        let args = parse(&[
+            "--wrap", "echo hi", "-J", "job", "-c", "2", "-n", "3", "--mem", "4G", "-t", "1-00:00:00",
+            "-N", "1", "-p", "gpu, cpu", "-q", "high", "-A", "proj", "-D", "sub", "-o", "out-%j",
+            "-e", "err-%j", "-H", "--requeue", "--nice=5", "--comment", "note", "--export",
+            "ALL,A=1,EDITOR", "--gres", "gpu:a100:2",
+        ]);
+        let spec = spec(&args, &read_source(&args).expect("wrap")).expect("valid");
+        assert_eq!(spec.name, "job");
+        assert_eq!(spec.user, "alice");
+        assert_eq!(spec.command, "echo hi");
+        assert_eq!(spec.workdir, "/home/alice/work/sub");
+        assert_eq!(spec.cpus, 6);
+        assert_eq!(spec.mem_mb, 4096);
+        assert_eq!(spec.nodes, 1);
+        assert_eq!(spec.time_limit_s, 86400);
+        assert_eq!(spec.partitions, ["gpu", "cpu"]);
+        assert_eq!((spec.qos.as_str(), spec.account.as_str()), ("high", "proj"));
+        assert_eq!((spec.stdout_path.as_str(), spec.stderr_path.as_str()), ("out-%j", "err-%j"));
+        assert!(spec.hold && spec.requeue);
+        assert_eq!(spec.nice, 5);
+        assert_eq!(spec.comment, "note");
+        let env: HashMap<String, String> =
+            [("A", "1"), ("EDITOR", "vi")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        assert_eq!(spec.env, env);
+        assert_eq!(spec.gres, ["gpu:a100:2"]);
+    }
+
+    #[test]
+    fn defaults_leave_choices_to_the_server() {
+        let spec = spec(&parse(&["--wrap", "true"]), &wrap("true")).expect("valid");
+        assert_eq!(spec.name, "");
+        assert_eq!((spec.cpus, spec.mem_mb, spec.nodes, spec.time_limit_s), (0, 0, 0, 0));
+        assert_eq!(spec.workdir, "/home/alice/work");
+        assert!(spec.partitions.is_empty() && spec.env.is_empty());
+        assert!(!spec.requeue && !spec.hold);
+    }
+
+    #[test]
+    fn each_request_gets_its_own_id() {
+        let args = parse(&["--wrap", "true"]);
+        let a = build_request(&args, &wrap("true"), &caller()).expect("valid");
+        let b = build_request(&args, &wrap("true"), &caller()).expect("valid");
+        assert_ne!(a.request_id, b.request_id);
+    }
+
+    #[test]
+    fn absolute_chdir_is_kept() {
+        let spec = spec(&parse(&["-D", "/scratch", "--wrap", "true"]), &wrap("true")).expect("valid");
+        assert_eq!(spec.workdir, "/scratch");
+    }
+
+    #[test]
+    fn nice_without_a_value_is_100_and_later_flags_win() {
+        assert_eq!(parse(&["--nice", "--wrap", "x"]).nice, Some(100));
+        assert_eq!(parse(&["--nice=-5", "--wrap", "x"]).nice, Some(-5));
+        let args = parse(&["--requeue", "--no-requeue", "-J", "a", "-J", "b", "--wrap", "x"]);
+        assert!(!args.requeue && args.no_requeue);
+        assert_eq!(args.job_name.as_deref(), Some("b"));
+        assert!(parse(&["--no-requeue", "--requeue"]).requeue);
+    }
+
+    #[test]
+    fn long_options_may_be_abbreviated_as_getopt_allows() {
+        assert_eq!(parse(&["--job-n", "x"]).job_name.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_their_text() {
+        let args = |extra: &[&str]| parse(&[&["--wrap", "true"], extra].concat());
+        assert!(message(spec(&args(&["-t", "1:xx"]), &wrap("true"))).contains("\"1:xx\""));
+        assert!(message(spec(&args(&["--mem", "4X"]), &wrap("true"))).contains("\"4X\""));
+        assert_eq!(
+            message(spec(&args(&["-N", "2"]), &wrap("true"))),
+            "multi-node jobs are not supported yet (-N 2): a Berth job runs on one host"
+        );
+        assert!(message(spec(&args(&["-N", "2-4"]), &wrap("true"))).starts_with("multi-node"));
+        assert!(message(spec(&args(&["-N", "x"]), &wrap("true"))).contains("invalid node count"));
+        assert!(message(spec(&args(&["-N", "0"]), &wrap("true"))).contains("at least 1"));
+        assert!(message(spec(&args(&["-c", "0"]), &wrap("true"))).contains("--cpus-per-task 0"));
+        assert!(message(spec(&args(&["--export", "1X=2"]), &wrap("true"))).contains("\"1X=2\""));
+        assert_eq!(spec(&args(&["-N", "1-4"]), &wrap("true")).map(|s| s.nodes).ok(), Some(1));
+    }
+
+    #[test]
+    fn wrap_and_a_script_together_are_refused() {
+        let err = read_source(&parse(&["--wrap", "true", "job.sh"])).expect_err("both");
+        assert_eq!(err.to_string(), "script arguments are not permitted with --wrap");
+        let err = read_source(&parse(&["--wrap", "  "])).expect_err("blank");
+        assert_eq!(err.to_string(), NO_COMMAND);
+    }
+
+    #[test]
+    fn options_after_the_script_belong_to_the_script() {
+        let args = parse(&["-J", "x", "job.sh", "--flag", "-J", "y", "z"]);
+        assert_eq!(args.job_name.as_deref(), Some("x"));
+        assert_eq!(args.script.as_deref(), Some(Path::new("job.sh")));
+        assert_eq!(args.script_args, ["--flag", "-J", "y", "z"]);
+    }
+
+    #[test]
+    fn script_directives_apply_under_the_command_line() {
+        let text = "#!/bin/bash\n#SBATCH -J from-script --mem=2G\n#SBATCH -t 10 --requeue -p a\necho hi\n";
+        let cli = parse(&["-J", "from-cli", "--no-requeue", "job.sh", "arg"]);
+        let args = cli.overlaid_on(directive_args(Tool::Sbatch, text).expect("directives"));
+        let source = Source::Script {
+            text: text.into(),
+            name: "job.sh".into(),
+            args: vec!["arg".into()],
+        };
+        let spec = spec(&args, &source).expect("valid");
+        assert_eq!(spec.name, "from-cli");
+        assert_eq!(spec.mem_mb, 2048);
+        assert_eq!(spec.time_limit_s, 600);
+        assert_eq!(spec.partitions, ["a"]);
+        assert!(!spec.requeue);
+        assert!(spec.command.starts_with("exec /bin/bash /dev/fd/3 arg 3<<"), "{}", spec.command);
+    }
+
+    #[test]
+    fn a_script_names_the_job_after_its_file() {
+        let source = Source::Script {
+            text: "#!/bin/sh\necho hi\n".into(),
+            name: "job.sh".into(),
+            args: vec![],
+        };
+        let spec = spec(&SubmitArgs::default(), &source).expect("valid");
+        assert_eq!(spec.name, "job.sh");
+        assert_eq!(spec.command, "#!/bin/sh\necho hi\n");
+    }
+
+    #[test]
+    fn bad_directives_are_named() {
+        let err = |text: &str| match directive_args(Tool::Sbatch, text) {
+            Ok(args) => panic!("accepted {args:?}"),
+            Err(err) => err.to_string(),
+        };
+        assert_eq!(
+            err("#SBATCH --mail-typo=x\n"),
+            "invalid directive found in batch script: unrecognized option '--mail-typo'"
+        );
+        assert_eq!(
+            err("#SBATCH -J a stray\n"),
+            "invalid directive found in batch script: unexpected argument 'stray'"
+        );
+        assert!(err("#SBATCH --wrap true\n").contains("--wrap cannot be set"));
+        assert!(err("#SBATCH --server h:1\n").contains("--server cannot be set"));
+        assert!(err("#SBATCH -J 'open\n").contains("unterminated single quote"));
+    }
+}
