@@ -298,6 +298,35 @@ impl LocalCluster {
         }
     }
 
+    /// Waits until every running node agrees on the leader and has applied
+    /// the same log index: a steady state to start a drill from.
+    pub async fn wait_caught_up(&self, deadline: Duration) -> Result<u64, HarnessError> {
+        let start = Instant::now();
+        loop {
+            let mut applied = Vec::new();
+            for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+                if let Ok(s) = status_of(&node.addr).await {
+                    applied.push((s.leader_id, s.applied_index));
+                }
+            }
+            let running = self.nodes.iter().filter(|n| n.child.is_some()).count();
+            if applied.len() == running && applied.windows(2).all(|w| w[0] == w[1]) {
+                if let Some(&(leader, _)) = applied.first() {
+                    if leader != 0 {
+                        return Ok(leader);
+                    }
+                }
+            }
+            if start.elapsed() > deadline {
+                return Err(HarnessError::Timeout {
+                    what: "every node caught up with the leader".into(),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn agreed_leader(&self) -> Option<u64> {
         let mut leader = None;
         for node in self.nodes.iter().filter(|n| n.child.is_some()) {

@@ -69,7 +69,10 @@ async fn failover(rounds: u32, dir: Option<std::path::PathBuf>) -> anyhow::Resul
     let mut cluster = LocalCluster::start(&dir, &options).context("starting the cluster")?;
     let mut samples_ms = Vec::new();
     for round in 1..=rounds {
-        let leader = cluster.wait_for_leader(LEADER_DEADLINE).await?;
+        // Start each round from a steady state: every node caught up, as a
+        // cluster in service would be.
+        cluster.wait_for_leader(LEADER_DEADLINE).await?;
+        let leader = cluster.wait_caught_up(LEADER_DEADLINE).await?;
         let killed_at = Instant::now();
         cluster.kill_node(leader)?;
         let new_leader = cluster.wait_for_leader(LEADER_DEADLINE).await?;
