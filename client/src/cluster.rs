@@ -12,8 +12,8 @@ use crate::connect::{connect_one, ApiClient, ConnectFailure};
 use crate::error::ClientError;
 use berth_proto::api::{
     CancelJobRequest, CancelJobResponse, ClusterStatusRequest, ClusterStatusResponse,
-    ExplainJobRequest, ExplainJobResponse, GetJobRequest, Job, ListJobsRequest,
-    ListJobsResponse, SubmitJobRequest, SubmitJobResponse,
+    ExplainJobRequest, ExplainJobResponse, GetJobRequest, Job, ListJobsRequest, ListJobsResponse,
+    SubmitJobRequest, SubmitJobResponse,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -122,9 +122,17 @@ impl Cluster {
                         // Drop the channel: the next call should not
                         // start with a node that just failed.
                         self.current = None;
-                        last_unavailable = Some(ClientError::Rpc { server, status });
+                        last_unavailable = Some(ClientError::Rpc {
+                            server,
+                            status: Box::new(status),
+                        });
                     }
-                    Err(status) => return Err(ClientError::Rpc { server, status }),
+                    Err(status) => {
+                        return Err(ClientError::Rpc {
+                            server,
+                            status: Box::new(status),
+                        })
+                    }
                 }
             }
         }
@@ -209,7 +217,7 @@ mod tests {
     async fn a_dead_cluster_fails_fast_naming_each_server_once() {
         let mut cluster = Cluster::new(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]);
         let started = Instant::now();
-        let err = cluster.cluster_status().await.err().expect("nobody listens");
+        let err = cluster.cluster_status().await.expect_err("nobody listens");
         assert_eq!(
             err.to_string(),
             "no Berth server answered (tried 127.0.0.1:1, 127.0.0.1:2)"
@@ -225,14 +233,14 @@ mod tests {
             rounds: 1,
             ..RetryPolicy::default()
         });
-        let err = cluster.get_job(1).await.err().expect("no servers");
+        let err = cluster.get_job(1).await.expect_err("no servers");
         assert!(matches!(err, ClientError::NoServer { tried } if tried.is_empty()));
     }
 
     #[tokio::test]
     async fn a_bad_address_is_reported_not_skipped() {
         let mut cluster = Cluster::new(vec!["nonsense".into(), "127.0.0.1:1".into()]);
-        let err = cluster.get_job(1).await.err().expect("invalid");
+        let err = cluster.get_job(1).await.expect_err("invalid");
         assert!(matches!(err, ClientError::InvalidServer { .. }), "{err}");
     }
 }

@@ -61,7 +61,9 @@ fn endpoint(addr: &str) -> Result<Endpoint, ClientError> {
         reason: reason.to_string(),
     };
     if addr.contains("://") {
-        return Err(invalid("expected host:port (only plain http:// is supported)"));
+        return Err(invalid(
+            "expected host:port (only plain http:// is supported)",
+        ));
     }
     let port_ok = addr
         .rsplit_once(':')
@@ -83,10 +85,22 @@ mod tests {
 
     #[test]
     fn addresses_need_a_host_and_a_port() {
-        for good in ["127.0.0.1:7101", "localhost:1", "[::1]:7101", "node-1.example:65535"] {
+        for good in [
+            "127.0.0.1:7101",
+            "localhost:1",
+            "[::1]:7101",
+            "node-1.example:65535",
+        ] {
             assert!(endpoint(good).is_ok(), "{good}");
         }
-        for bad in ["localhost", ":7101", "h:port", "h:70000", "https://h:1", "h:1/x y"] {
+        for bad in [
+            "localhost",
+            ":7101",
+            "h:port",
+            "h:70000",
+            "https://h:1",
+            "h:1/x y",
+        ] {
             assert!(
                 matches!(endpoint(bad), Err(ClientError::InvalidServer { .. })),
                 "{bad}"
@@ -98,7 +112,7 @@ mod tests {
     async fn nothing_listening_is_no_server_naming_every_address() {
         // Port 1 on loopback: refused at once, no timeout needed.
         let servers = vec!["127.0.0.1:1".to_string(), "127.0.0.1:2".to_string()];
-        let err = connect(&servers).await.err().expect("no server");
+        let err = connect(&servers).await.expect_err("no server");
         assert_eq!(
             err.to_string(),
             "no Berth server answered (tried 127.0.0.1:1, 127.0.0.1:2)"

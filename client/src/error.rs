@@ -24,8 +24,8 @@ pub enum ClientError {
     Rpc {
         /// The server that answered.
         server: String,
-        /// Its answer.
-        status: tonic::Status,
+        /// Its answer (boxed: a Status is large and errors are rare).
+        status: Box<tonic::Status>,
     },
 }
 
@@ -35,6 +35,14 @@ impl ClientError {
     pub fn code(&self) -> Option<tonic::Code> {
         match self {
             ClientError::Rpc { status, .. } => Some(status.code()),
+            _ => None,
+        }
+    }
+
+    /// The server's status when a server answered.
+    pub fn status(&self) -> Option<&tonic::Status> {
+        match self {
+            ClientError::Rpc { status, .. } => Some(status),
             _ => None,
         }
     }
@@ -54,7 +62,11 @@ fn status_text(status: &tonic::Status) -> String {
     if message.is_empty() {
         status.code().description().to_string()
     } else {
-        message.lines().map(str::trim).collect::<Vec<_>>().join("; ")
+        message
+            .lines()
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 }
 
@@ -81,13 +93,16 @@ mod tests {
     fn rpc_errors_keep_the_servers_words_on_one_line() {
         let err = ClientError::Rpc {
             server: "h:1".into(),
-            status: tonic::Status::not_found("job 9 not found\nsecond line"),
+            status: Box::new(tonic::Status::not_found("job 9 not found\nsecond line")),
         };
-        assert_eq!(err.to_string(), "job 9 not found; second line (NotFound from h:1)");
+        assert_eq!(
+            err.to_string(),
+            "job 9 not found; second line (NotFound from h:1)"
+        );
         assert_eq!(err.code(), Some(tonic::Code::NotFound));
         let bare = ClientError::Rpc {
             server: "h:1".into(),
-            status: tonic::Status::unavailable(""),
+            status: Box::new(tonic::Status::unavailable("")),
         };
         assert_eq!(
             bare.to_string(),

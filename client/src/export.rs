@@ -59,7 +59,9 @@ mod tests {
     }
 
     fn pairs(list: &[(&str, &str)]) -> HashMap<String, String> {
-        list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -72,7 +74,12 @@ mod tests {
     fn pairs_and_names_are_exported() {
         assert_eq!(
             parse_export("ALL,A=1,EDITOR,B=x=y,C=,UNSET_VAR", caller),
-            Ok(pairs(&[("A", "1"), ("EDITOR", "vi"), ("B", "x=y"), ("C", "")]))
+            Ok(pairs(&[
+                ("A", "1"),
+                ("EDITOR", "vi"),
+                ("B", "x=y"),
+                ("C", "")
+            ]))
         );
         assert_eq!(parse_export("_X1=2", caller), Ok(pairs(&[("_X1", "2")])));
     }

@@ -166,11 +166,17 @@ mod tests {
             }],
             ..Default::default()
         };
-        assert_eq!(cluster_status_json(&status)["members"][0]["matched_index"], 9);
+        assert_eq!(
+            cluster_status_json(&status)["members"][0]["matched_index"],
+            9
+        );
         let submit = SubmitJobResponse {
             job_id: 4,
             duplicate: true,
         };
-        assert_eq!(submit_json(&submit).to_string(), r#"{"duplicate":true,"job_id":4}"#);
+        assert_eq!(
+            submit_json(&submit).to_string(),
+            r#"{"duplicate":true,"job_id":4}"#
+        );
     }
 }

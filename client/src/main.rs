@@ -21,7 +21,12 @@ fn main() -> ExitCode {
         .build()
     {
         Ok(runtime) => runtime,
-        Err(err) => return fail(tool, &anyhow::Error::new(err).context("cannot start the runtime")),
+        Err(err) => {
+            return fail(
+                tool,
+                &anyhow::Error::new(err).context("cannot start the runtime"),
+            )
+        }
     };
     match runtime.block_on(cli::run(tool, invocation)) {
         Ok(code) => code,
@@ -31,6 +36,10 @@ fn main() -> ExitCode {
 
 /// Prints `prog: error: message` on one line, Slurm's style, and fails.
 fn fail(tool: Tool, err: &anyhow::Error) -> ExitCode {
-    eprintln!("{}: error: {}", tool.prog(), cli::output::one_line(&format!("{err:#}")));
+    eprintln!(
+        "{}: error: {}",
+        tool.prog(),
+        cli::output::one_line(&format!("{err:#}"))
+    );
     ExitCode::FAILURE
 }

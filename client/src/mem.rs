@@ -46,7 +46,7 @@ pub fn parse_mem_mb(input: &str) -> Result<u64, MemError> {
 /// Formats MiB the way scontrol does: "4G" when it is whole GiB, "500M"
 /// otherwise.
 pub fn format_mem_mb(mib: u64) -> String {
-    if mib > 0 && mib % 1024 == 0 {
+    if mib > 0 && mib.is_multiple_of(1024) {
         format!("{}G", mib / 1024)
     } else {
         format!("{mib}M")
@@ -82,15 +82,23 @@ mod tests {
     fn malformed_sizes_are_errors_naming_the_value() {
         for text in ["", "G", "4X", "4GB", "1.5G", "-4G", "4 G", "four", "4G4"] {
             let err = parse_mem_mb(text).unwrap_err();
-            assert!(err.to_string().starts_with(&format!("invalid memory size \"{text}\"")));
+            assert!(err
+                .to_string()
+                .starts_with(&format!("invalid memory size \"{text}\"")));
             assert_eq!(err.why, EXPECTED, "{text}");
         }
     }
 
     #[test]
     fn overflow_is_an_error() {
-        assert_eq!(parse_mem_mb("99999999999999999999").unwrap_err().why, "too large");
-        assert_eq!(parse_mem_mb("18014398509481984T").unwrap_err().why, "too large");
+        assert_eq!(
+            parse_mem_mb("99999999999999999999").unwrap_err().why,
+            "too large"
+        );
+        assert_eq!(
+            parse_mem_mb("18014398509481984T").unwrap_err().why,
+            "too large"
+        );
     }
 
     #[test]

@@ -118,7 +118,10 @@ mod tests {
         let widths = [18, 9, 8, 8, 2, 10, 6];
         let names = ["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES"];
         let built: Vec<String> = names.iter().zip(widths).map(|(n, w)| fit(n, w)).collect();
-        assert_eq!(format!("{} NODELIST(REASON)", built.join(" ")), SQUEUE_HEADER);
+        assert_eq!(
+            format!("{} NODELIST(REASON)", built.join(" ")),
+            SQUEUE_HEADER
+        );
     }
 
     #[test]
@@ -131,14 +134,19 @@ mod tests {
             row,
             "                42       gpu    train    alice  R    1:02:03      1 h1"
         );
-        assert_eq!(row.find(" R ").map(|i| i + 1), SQUEUE_HEADER.find("ST").map(|i| i + 1));
+        assert_eq!(
+            row.find(" R ").map(|i| i + 1),
+            SQUEUE_HEADER.find("ST").map(|i| i + 1)
+        );
     }
 
     #[test]
     fn pending_job_shows_reason_and_zero_time() {
         let mut j = job(7, JobState::Pending);
         j.reason = "Resources".into();
-        j.spec.as_mut().map(|s| s.nodes = 0);
+        if let Some(s) = j.spec.as_mut() {
+            s.nodes = 0;
+        }
         assert_eq!(
             format_squeue_row(&j, 99_999_999),
             "                 7       gpu    train    alice PD       0:00      1 (Resources)"
@@ -161,7 +169,9 @@ mod tests {
     #[test]
     fn empty_partitions_show_the_default_and_finished_jobs_stop_their_clock() {
         let mut j = job(3, JobState::Completed);
-        j.spec.as_mut().map(|s| s.partitions.clear());
+        if let Some(s) = j.spec.as_mut() {
+            s.partitions.clear();
+        }
         j.start_ms = 10_000;
         j.end_ms = 15_000;
         j.hosts = vec!["h1".into(), "h2".into()];
@@ -180,7 +190,12 @@ mod tests {
         assert_eq!(lines[0], SQUEUE_HEADER);
         assert!(table.ends_with('\n'));
         assert_eq!(format_squeue(&[], 0), format!("{SQUEUE_HEADER}\n"));
-        assert_eq!(format_squeue_rows(&[job(1, JobState::Pending)], 0).lines().count(), 1);
+        assert_eq!(
+            format_squeue_rows(&[job(1, JobState::Pending)], 0)
+                .lines()
+                .count(),
+            1
+        );
     }
 
     #[test]

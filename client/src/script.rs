@@ -98,7 +98,12 @@ fn split_words(text: &str, line: usize) -> Result<Vec<String>, ScriptError> {
                     match chars.next() {
                         Some('\'') => break,
                         Some(c) => word.push(c),
-                        None => return Err(ScriptError::Unterminated { line, quote: "single" }),
+                        None => {
+                            return Err(ScriptError::Unterminated {
+                                line,
+                                quote: "single",
+                            })
+                        }
                     }
                 }
             }
@@ -114,11 +119,19 @@ fn split_words(text: &str, line: usize) -> Result<Vec<String>, ScriptError> {
                                 word.push(c);
                             }
                             None => {
-                                return Err(ScriptError::Unterminated { line, quote: "double" })
+                                return Err(ScriptError::Unterminated {
+                                    line,
+                                    quote: "double",
+                                })
                             }
                         },
                         Some(c) => word.push(c),
-                        None => return Err(ScriptError::Unterminated { line, quote: "double" }),
+                        None => {
+                            return Err(ScriptError::Unterminated {
+                                line,
+                                quote: "double",
+                            })
+                        }
                     }
                 }
             }
@@ -245,13 +258,16 @@ mod tests {
                       #SBATCH --partition=too-late\n";
         assert_eq!(
             sbatch_directives(script),
-            Ok(words(&["-J", "train", "--mem=4G", "-c", "2", "--time", "1:00:00"]))
+            Ok(words(&[
+                "-J", "train", "--mem=4G", "-c", "2", "--time", "1:00:00"
+            ]))
         );
     }
 
     #[test]
     fn indented_or_glued_directives_are_comments() {
-        let script = "#!/bin/sh\n  #SBATCH -J indented\n#SBATCHX -J glued\n#SBATCH\n#sbatch -J lower\n";
+        let script =
+            "#!/bin/sh\n  #SBATCH -J indented\n#SBATCHX -J glued\n#SBATCH\n#sbatch -J lower\n";
         assert_eq!(sbatch_directives(script), Ok(vec![]));
     }
 
@@ -286,11 +302,17 @@ mod tests {
     fn unterminated_quotes_name_the_line() {
         assert_eq!(
             sbatch_directives("#!/bin/sh\n#SBATCH -J 'oops\n"),
-            Err(ScriptError::Unterminated { line: 2, quote: "single" })
+            Err(ScriptError::Unterminated {
+                line: 2,
+                quote: "single"
+            })
         );
         assert_eq!(
             sbatch_directives("#SBATCH -J \"oops\n"),
-            Err(ScriptError::Unterminated { line: 1, quote: "double" })
+            Err(ScriptError::Unterminated {
+                line: 1,
+                quote: "double"
+            })
         );
     }
 
@@ -299,13 +321,19 @@ mod tests {
         assert_eq!(check_script(""), Err(ScriptError::Empty));
         assert_eq!(check_script(" \n\t\n"), Err(ScriptError::Empty));
         assert_eq!(check_script("echo a\0b"), Err(ScriptError::Nul));
-        assert_eq!(check_script("#!/bin/sh\r\necho hi\r\n"), Err(ScriptError::DosLineBreaks));
+        assert_eq!(
+            check_script("#!/bin/sh\r\necho hi\r\n"),
+            Err(ScriptError::DosLineBreaks)
+        );
         assert_eq!(check_script("#!/bin/sh\necho hi\n"), Ok(()));
     }
 
     #[test]
     fn interpreters_are_read_from_the_shebang() {
-        assert_eq!(interpreter("#!/bin/bash\n"), Some(("/bin/bash".into(), None)));
+        assert_eq!(
+            interpreter("#!/bin/bash\n"),
+            Some(("/bin/bash".into(), None))
+        );
         assert_eq!(
             interpreter("#! /usr/bin/env  python3\nprint(1)"),
             Some(("/usr/bin/env".into(), Some("python3".into())))
@@ -320,7 +348,10 @@ mod tests {
         let script = "#!/bin/sh\necho hi\n";
         assert_eq!(script_command(script, &[]), script);
         assert_eq!(script_command("echo hi\n", &[]), "echo hi\n");
-        assert_eq!(script_command("#!/usr/bin/env sh\necho\n", &[]), "#!/usr/bin/env sh\necho\n");
+        assert_eq!(
+            script_command("#!/usr/bin/env sh\necho\n", &[]),
+            "#!/usr/bin/env sh\necho\n"
+        );
         assert_eq!(
             script_command(script, &words(&["a b", "c"])),
             "set -- 'a b' c\n#!/bin/sh\necho hi\n"
@@ -357,7 +388,11 @@ mod tests {
             .arg(command)
             .output()
             .expect("run /bin/sh");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -365,7 +400,10 @@ mod tests {
     fn generated_commands_really_run() {
         let args = words(&["one", "two words", "it's"]);
         let sh = "#!/bin/sh\nfor a in \"$@\"; do echo \"[$a]\"; done\n";
-        assert_eq!(run_sh(&script_command(sh, &args)), "[one]\n[two words]\n[it's]\n");
+        assert_eq!(
+            run_sh(&script_command(sh, &args)),
+            "[one]\n[two words]\n[it's]\n"
+        );
         if std::path::Path::new("/bin/bash").exists() {
             // A here-doc inside the script, ended by the default delimiter,
             // must not end the wrapper's here-doc.

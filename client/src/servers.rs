@@ -48,7 +48,10 @@ mod tests {
             servers_from_sources(Some("a:1".into()), Some("b:2".into())),
             list(&["a:1"])
         );
-        assert_eq!(servers_from_sources(None, Some("b:2,c:3".into())), list(&["b:2", "c:3"]));
+        assert_eq!(
+            servers_from_sources(None, Some("b:2,c:3".into())),
+            list(&["b:2", "c:3"])
+        );
         assert_eq!(servers_from_sources(None, None), list(&[DEFAULT_SERVER]));
     }
 
@@ -66,6 +69,9 @@ mod tests {
             servers_from_sources(Some(" , ".into()), Some("b:2".into())),
             list(&["b:2"])
         );
-        assert_eq!(servers_from_sources(Some(String::new()), Some(String::new())), list(&[DEFAULT_SERVER]));
+        assert_eq!(
+            servers_from_sources(Some(String::new()), Some(String::new())),
+            list(&[DEFAULT_SERVER])
+        );
     }
 }

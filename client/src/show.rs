@@ -21,7 +21,10 @@ pub fn format_job_details(job: &Job, now_ms: u64) -> String {
         spec.partitions.join(",")
     };
     let lines: Vec<Vec<(&str, String)>> = vec![
-        vec![("JobId", job.job_id.to_string()), ("JobName", null(&spec.name))],
+        vec![
+            ("JobId", job.job_id.to_string()),
+            ("JobName", null(&spec.name)),
+        ],
         vec![
             ("UserId", null(&spec.user)),
             ("Account", null(&spec.account)),
@@ -60,7 +63,10 @@ pub fn format_job_details(job: &Job, now_ms: u64) -> String {
         ],
         vec![("Command", command(&spec.command))],
         vec![("WorkDir", null(&spec.workdir))],
-        vec![("StdOut", null(&spec.stdout_path)), ("StdErr", null(&spec.stderr_path))],
+        vec![
+            ("StdOut", null(&spec.stdout_path)),
+            ("StdErr", null(&spec.stderr_path)),
+        ],
         vec![("Comment", null(&spec.comment))],
         vec![("ReasonText", null(&job.reason_text))],
     ];
@@ -182,10 +188,16 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "JobId=42 JobName=train");
         assert_eq!(lines[1], "   UserId=alice Account=(null) QOS=(null)");
-        assert_eq!(lines[2], "   JobState=RUNNING Reason=None Priority=0 Nice=0");
+        assert_eq!(
+            lines[2],
+            "   JobState=RUNNING Reason=None Priority=0 Nice=0"
+        );
         assert_eq!(lines[4], "   RunTime=1:02:03 TimeLimit=01:00:00");
         assert_eq!(lines[6], "   Partition=batch NodeList=h1 AllocId=0");
-        assert_eq!(lines[7], "   NumNodes=1 NumCPUs=4 MinMemoryNode=4G Gres=(null)");
+        assert_eq!(
+            lines[7],
+            "   NumNodes=1 NumCPUs=4 MinMemoryNode=4G Gres=(null)"
+        );
         assert_eq!(lines[8], "   Command=python train.py");
         assert!(text.ends_with("ReasonText=(null)\n"));
     }

@@ -139,7 +139,10 @@ mod tests {
         );
         assert_eq!(
             parse_state_filter("node_fail, TO"),
-            Ok(StateFilter::Only(vec![JobState::NodeFail, JobState::Timeout]))
+            Ok(StateFilter::Only(vec![
+                JobState::NodeFail,
+                JobState::Timeout
+            ]))
         );
         for state in ALL_STATES {
             assert_eq!(
@@ -155,8 +158,14 @@ mod tests {
 
     #[test]
     fn all_means_every_state_and_completing_means_none() {
-        assert_eq!(parse_state_filter("all"), Ok(StateFilter::Only(ALL_STATES.to_vec())));
-        assert_eq!(parse_state_filter("ALL,R"), Ok(StateFilter::Only(ALL_STATES.to_vec())));
+        assert_eq!(
+            parse_state_filter("all"),
+            Ok(StateFilter::Only(ALL_STATES.to_vec()))
+        );
+        assert_eq!(
+            parse_state_filter("ALL,R"),
+            Ok(StateFilter::Only(ALL_STATES.to_vec()))
+        );
         assert_eq!(parse_state_filter("CG"), Ok(StateFilter::Only(vec![])));
         assert_eq!(
             parse_state_filter("R,CG"),

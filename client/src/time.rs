@@ -88,12 +88,17 @@ pub fn parse_time_limit(input: &str) -> Result<u64, TimeError> {
         ),
         _ => return Err(TimeError::malformed(input)),
     };
-    [(d, SECS_PER_DAY), (h, SECS_PER_HOUR), (m, SECS_PER_MIN), (s, 1)]
-        .iter()
-        .try_fold(0u64, |total, &(n, unit)| {
-            n.checked_mul(unit)?.checked_add(total)
-        })
-        .ok_or_else(|| TimeError::new(input, "too large"))
+    [
+        (d, SECS_PER_DAY),
+        (h, SECS_PER_HOUR),
+        (m, SECS_PER_MIN),
+        (s, 1),
+    ]
+    .iter()
+    .try_fold(0u64, |total, &(n, unit)| {
+        n.checked_mul(unit)?.checked_add(total)
+    })
+    .ok_or_else(|| TimeError::new(input, "too large"))
 }
 
 /// One numeric field: ASCII digits only (no sign, no blanks inside).
@@ -101,8 +106,7 @@ fn field(input: &str, text: &str) -> Result<u64, TimeError> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(TimeError::malformed(input));
     }
-    text.parse()
-        .map_err(|_| TimeError::new(input, "too large"))
+    text.parse().map_err(|_| TimeError::new(input, "too large"))
 }
 
 fn below(input: &str, value: u64, limit: u64, what: &str) -> Result<u64, TimeError> {
@@ -197,11 +201,30 @@ mod tests {
              days-hours:minutes:seconds"
         );
         for text in [
-            "", " ", "x", "1:", ":1", "1::2", "1:2:3:4", "-1", "1-", "1--2", "1-2-3",
-            "1-2:3:4:5", "+5", "1.5", "1h", "1 2", "1:-2", "1 -2",
+            "",
+            " ",
+            "x",
+            "1:",
+            ":1",
+            "1::2",
+            "1:2:3:4",
+            "-1",
+            "1-",
+            "1--2",
+            "1-2-3",
+            "1-2:3:4:5",
+            "+5",
+            "1.5",
+            "1h",
+            "1 2",
+            "1:-2",
+            "1 -2",
         ] {
             let err = parse_time_limit(text).unwrap_err();
-            assert!(err.to_string().contains(&format!("\"{text}\"")), "{text}: {err}");
+            assert!(
+                err.to_string().contains(&format!("\"{text}\"")),
+                "{text}: {err}"
+            );
             assert!(err.why.starts_with("expected minutes"), "{text}: {err}");
         }
     }
@@ -229,7 +252,11 @@ mod tests {
             "999999999999999999",
             "999999999999999-0",
         ] {
-            assert_eq!(parse_time_limit(text).unwrap_err().why, "too large", "{text}");
+            assert_eq!(
+                parse_time_limit(text).unwrap_err().why,
+                "too large",
+                "{text}"
+            );
         }
     }
 

@@ -136,13 +136,13 @@ impl BerthApi for ApiService {
         }
         let mut states = Vec::new();
         for s in &req.states {
-            let parsed = JobState::try_from(*s)
-                .ok()
-                .and_then(convert::state_from_proto)
-                .ok_or_else(|| rejected(format!("unknown job state {s}")))?;
-            states.push(parsed);
+            match JobState::try_from(*s) {
+                Ok(JobState::Unspecified) | Err(_) => return Err(rejected(format!("unknown job state {s}"))),
+                // A valid state no job can be in yet (e.g. PREEMPTED) matches nothing.
+                Ok(state) => states.extend(convert::state_from_proto(state)),
+            }
         }
-        if states.is_empty() {
+        if req.states.is_empty() {
             states = vec![SmJobState::Pending, SmJobState::Running];
         }
         let limit = match req.limit as usize {

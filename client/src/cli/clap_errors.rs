@@ -50,9 +50,7 @@ pub fn describe(tool: Tool, err: &clap::Error) -> Report {
                 format!("{prog}: unrecognized option '{arg}'"),
                 format!("Try \"{prog} --help\" for more information"),
             ]),
-            Some(arg) => Report::Lines(vec![format!(
-                "{prog}: error: unexpected argument '{arg}'"
-            )]),
+            Some(arg) => Report::Lines(vec![format!("{prog}: error: unexpected argument '{arg}'")]),
             None => Report::Lines(vec![format!("{prog}: error: {}", first_line(err))]),
         },
         _ => Report::Lines(vec![format!("{prog}: error: {}", first_line(err))]),
@@ -86,11 +84,22 @@ fn unknown_argument(err: &clap::Error) -> Option<String> {
     }
 }
 
-/// clap's message without its "error: " prefix, tips and usage.
+/// clap's message without its "error: " prefix, tips and usage: its first
+/// paragraph folded onto one line (a missing argument's name is on the
+/// line after "were not provided:").
 fn first_line(err: &clap::Error) -> String {
     let rendered = err.render().to_string();
-    let line = rendered.lines().next().unwrap_or("invalid arguments");
-    line.strip_prefix("error: ").unwrap_or(line).to_string()
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.is_empty())
+        .collect();
+    let message = paragraph.join(" ");
+    match message.strip_prefix("error: ") {
+        Some(rest) => rest.to_string(),
+        None if message.is_empty() => "invalid arguments".to_string(),
+        None => message,
+    }
 }
 
 #[cfg(test)]
@@ -131,11 +140,22 @@ mod tests {
             panic!("expected lines");
         };
         assert_eq!(lines.len(), 1);
-        assert!(lines[0].starts_with("sbatch: error: invalid value 'many'"), "{}", lines[0]);
+        assert!(
+            lines[0].starts_with("sbatch: error: invalid value 'many'"),
+            "{}",
+            lines[0]
+        );
         let Report::Lines(lines) = error(Tool::Berth, &["berth", "job", "1", "2"]) else {
             panic!("expected lines");
         };
         assert_eq!(lines, ["berth: error: unexpected argument '2'"]);
+        assert_eq!(
+            error(Tool::Scancel, &["scancel"]),
+            Report::Lines(vec![
+                "scancel: error: the following required arguments were not provided: <JOB_ID>..."
+                    .into()
+            ])
+        );
     }
 
     #[test]

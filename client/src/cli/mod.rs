@@ -79,7 +79,7 @@ pub struct BerthCli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Submit a batch job (as sbatch)
-    Submit(submit::SubmitArgs),
+    Submit(Box<submit::SubmitArgs>),
     /// List jobs (as squeue)
     Queue(queue::QueueArgs),
     /// Cancel jobs (as scancel)
@@ -155,7 +155,7 @@ pub fn parse(tool: Tool, argv: &[OsString]) -> Result<Invocation, clap::Error> {
         }
         Tool::Sbatch => {
             let cli = SbatchCli::try_parse_from(argv)?;
-            (cli.global, Command::Submit(cli.submit))
+            (cli.global, Command::Submit(Box::new(cli.submit)))
         }
         Tool::Squeue => {
             let cli = SqueueCli::try_parse_from(argv)?;
@@ -174,7 +174,7 @@ pub fn parse(tool: Tool, argv: &[OsString]) -> Result<Invocation, clap::Error> {
 pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode> {
     let global = invocation.global;
     match invocation.command {
-        Command::Submit(args) => submit::run(tool, &global, args).await,
+        Command::Submit(args) => submit::run(tool, &global, *args).await,
         Command::Queue(args) => queue::run(&global, args).await,
         Command::Cancel(args) => cancel::run(tool, &global, args).await,
         Command::Job(args) => job::run(&global, args).await,

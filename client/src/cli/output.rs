@@ -7,7 +7,10 @@ use std::io::{ErrorKind, Write};
 /// seen all it wanted.
 pub fn emit(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
         Err(err) if err.kind() != ErrorKind::BrokenPipe => Err(err.into()),
         _ => Ok(()),
     }

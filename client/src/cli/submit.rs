@@ -23,7 +23,7 @@ pub struct SubmitArgs {
     /// Run this command line (by /bin/sh) instead of a script
     #[arg(long, value_name = "CMD")]
     pub wrap: Option<String>,
-    /// Job name [default: the script's file name, or the command's first word]
+    /// Job name [default: the script's file name, or --wrap's first word]
     #[arg(short = 'J', long = "job-name", value_name = "NAME")]
     pub job_name: Option<String>,
     /// CPUs per task
@@ -129,8 +129,11 @@ const NO_COMMAND: &str =
 pub struct Caller {
     pub cwd: PathBuf,
     pub user: String,
-    pub lookup_env: Box<dyn Fn(&str) -> Option<String>>,
+    pub lookup_env: EnvLookup,
 }
+
+/// Reads one variable of the caller's environment.
+pub type EnvLookup = Box<dyn Fn(&str) -> Option<String>>;
 
 impl Caller {
     fn real() -> Result<Caller> {
@@ -256,8 +259,16 @@ impl SubmitArgs {
             output: self.output.or(base.output),
             error: self.error.or(base.error),
             hold: self.hold || base.hold,
-            requeue: if requeue_given { self.requeue } else { base.requeue },
-            no_requeue: if requeue_given { self.no_requeue } else { base.no_requeue },
+            requeue: if requeue_given {
+                self.requeue
+            } else {
+                base.requeue
+            },
+            no_requeue: if requeue_given {
+                self.no_requeue
+            } else {
+                base.no_requeue
+            },
             nice: self.nice.or(base.nice),
             comment: self.comment.or(base.comment),
             export: self.export.or(base.export),
@@ -271,10 +282,21 @@ impl SubmitArgs {
 }
 
 /// Checks every option and builds the request, with a fresh request id.
-pub fn build_request(args: &SubmitArgs, source: &Source, caller: &Caller) -> Result<SubmitJobRequest> {
+pub fn build_request(
+    args: &SubmitArgs,
+    source: &Source,
+    caller: &Caller,
+) -> Result<SubmitJobRequest> {
     let (command, default_name) = match source {
-        // The server names a wrapped job by the command's first word.
-        Source::Wrap(command) => (command.clone(), String::new()),
+        // api.proto's default name, filled here so every server agrees.
+        Source::Wrap(command) => (
+            command.clone(),
+            command
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        ),
         Source::Script { text, name, args } => (script_command(text, args), name.clone()),
     };
     let workdir = match &args.chdir {
@@ -295,9 +317,24 @@ pub fn build_request(args: &SubmitArgs, source: &Source, caller: &Caller) -> Res
             None => Default::default(),
         },
         cpus: cpus(args.cpus_per_task, args.ntasks)?,
-        mem_mb: args.mem.as_deref().map(parse_mem_mb).transpose()?.unwrap_or(0),
-        nodes: args.nodes.as_deref().map(parse_nodes).transpose()?.unwrap_or(0),
-        time_limit_s: args.time.as_deref().map(parse_time_limit).transpose()?.unwrap_or(0),
+        mem_mb: args
+            .mem
+            .as_deref()
+            .map(parse_mem_mb)
+            .transpose()?
+            .unwrap_or(0),
+        nodes: args
+            .nodes
+            .as_deref()
+            .map(parse_nodes)
+            .transpose()?
+            .unwrap_or(0),
+        time_limit_s: args
+            .time
+            .as_deref()
+            .map(parse_time_limit)
+            .transpose()?
+            .unwrap_or(0),
         partitions: list(args.partition.as_deref()),
         qos: args.qos.clone().unwrap_or_default(),
         account: args.account.clone().unwrap_or_default(),
@@ -395,7 +432,12 @@ mod tests {
 
     fn spec(args: &SubmitArgs, source: &Source) -> Result<JobSpec> {
         let request = build_request(args, source, &caller())?;
-        assert_eq!(uuid::Uuid::parse_str(&request.request_id).map(|u| u.get_version_num()).ok(), Some(4));
+        assert_eq!(
+            uuid::Uuid::parse_str(&request.request_id)
+                .map(|u| u.get_version_num())
+                .ok(),
+            Some(4)
+        );
         request.spec.ok_or_else(|| anyhow!("no spec"))
     }
 
@@ -413,10 +455,41 @@ mod tests {
     #[test]
     fn every_option_reaches_the_spec() {
         let args = parse(&[
-            "--wrap", "echo hi", "-J", "job", "-c", "2", "-n", "3", "--mem", "4G", "-t", "1-00:00:00",
-            "-N", "1", "-p", "gpu, cpu", "-q", "high", "-A", "proj", "-D", "sub", "-o", "out-%j",
-            "-e", "err-%j", "-H", "--requeue", "--nice=5", "--comment", "note", "--export",
-            "ALL,A=1,EDITOR", "--gres", "gpu:a100:2",
+            "--wrap",
+            "echo hi",
+            "-J",
+            "job",
+            "-c",
+            "2",
+            "-n",
+            "3",
+            "--mem",
+            "4G",
+            "-t",
+            "1-00:00:00",
+            "-N",
+            "1",
+            "-p",
+            "gpu, cpu",
+            "-q",
+            "high",
+            "-A",
+            "proj",
+            "-D",
+            "sub",
+            "-o",
+            "out-%j",
+            "-e",
+            "err-%j",
+            "-H",
+            "--requeue",
+            "--nice=5",
+            "--comment",
+            "note",
+            "--export",
+            "ALL,A=1,EDITOR",
+            "--gres",
+            "gpu:a100:2",
         ]);
         let spec = spec(&args, &read_source(&args).expect("wrap")).expect("valid");
         assert_eq!(spec.name, "job");
@@ -429,12 +502,17 @@ mod tests {
         assert_eq!(spec.time_limit_s, 86400);
         assert_eq!(spec.partitions, ["gpu", "cpu"]);
         assert_eq!((spec.qos.as_str(), spec.account.as_str()), ("high", "proj"));
-        assert_eq!((spec.stdout_path.as_str(), spec.stderr_path.as_str()), ("out-%j", "err-%j"));
+        assert_eq!(
+            (spec.stdout_path.as_str(), spec.stderr_path.as_str()),
+            ("out-%j", "err-%j")
+        );
         assert!(spec.hold && spec.requeue);
         assert_eq!(spec.nice, 5);
         assert_eq!(spec.comment, "note");
-        let env: HashMap<String, String> =
-            [("A", "1"), ("EDITOR", "vi")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env: HashMap<String, String> = [("A", "1"), ("EDITOR", "vi")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         assert_eq!(spec.env, env);
         assert_eq!(spec.gres, ["gpu:a100:2"]);
     }
@@ -442,8 +520,11 @@ mod tests {
     #[test]
     fn defaults_leave_choices_to_the_server() {
         let spec = spec(&parse(&["--wrap", "true"]), &wrap("true")).expect("valid");
-        assert_eq!(spec.name, "");
-        assert_eq!((spec.cpus, spec.mem_mb, spec.nodes, spec.time_limit_s), (0, 0, 0, 0));
+        assert_eq!(spec.name, "true");
+        assert_eq!(
+            (spec.cpus, spec.mem_mb, spec.nodes, spec.time_limit_s),
+            (0, 0, 0, 0)
+        );
         assert_eq!(spec.workdir, "/home/alice/work");
         assert!(spec.partitions.is_empty() && spec.env.is_empty());
         assert!(!spec.requeue && !spec.hold);
@@ -459,7 +540,8 @@ mod tests {
 
     #[test]
     fn absolute_chdir_is_kept() {
-        let spec = spec(&parse(&["-D", "/scratch", "--wrap", "true"]), &wrap("true")).expect("valid");
+        let spec =
+            spec(&parse(&["-D", "/scratch", "--wrap", "true"]), &wrap("true")).expect("valid");
         assert_eq!(spec.workdir, "/scratch");
     }
 
@@ -467,7 +549,16 @@ mod tests {
     fn nice_without_a_value_is_100_and_later_flags_win() {
         assert_eq!(parse(&["--nice", "--wrap", "x"]).nice, Some(100));
         assert_eq!(parse(&["--nice=-5", "--wrap", "x"]).nice, Some(-5));
-        let args = parse(&["--requeue", "--no-requeue", "-J", "a", "-J", "b", "--wrap", "x"]);
+        let args = parse(&[
+            "--requeue",
+            "--no-requeue",
+            "-J",
+            "a",
+            "-J",
+            "b",
+            "--wrap",
+            "x",
+        ]);
         assert!(!args.requeue && args.no_requeue);
         assert_eq!(args.job_name.as_deref(), Some("b"));
         assert!(parse(&["--no-requeue", "--requeue"]).requeue);
@@ -492,13 +583,21 @@ mod tests {
         assert!(message(spec(&args(&["-N", "0"]), &wrap("true"))).contains("at least 1"));
         assert!(message(spec(&args(&["-c", "0"]), &wrap("true"))).contains("--cpus-per-task 0"));
         assert!(message(spec(&args(&["--export", "1X=2"]), &wrap("true"))).contains("\"1X=2\""));
-        assert_eq!(spec(&args(&["-N", "1-4"]), &wrap("true")).map(|s| s.nodes).ok(), Some(1));
+        assert_eq!(
+            spec(&args(&["-N", "1-4"]), &wrap("true"))
+                .map(|s| s.nodes)
+                .ok(),
+            Some(1)
+        );
     }
 
     #[test]
     fn wrap_and_a_script_together_are_refused() {
         let err = read_source(&parse(&["--wrap", "true", "job.sh"])).expect_err("both");
-        assert_eq!(err.to_string(), "script arguments are not permitted with --wrap");
+        assert_eq!(
+            err.to_string(),
+            "script arguments are not permitted with --wrap"
+        );
         let err = read_source(&parse(&["--wrap", "  "])).expect_err("blank");
         assert_eq!(err.to_string(), NO_COMMAND);
     }
@@ -513,7 +612,8 @@ mod tests {
 
     #[test]
     fn script_directives_apply_under_the_command_line() {
-        let text = "#!/bin/bash\n#SBATCH -J from-script --mem=2G\n#SBATCH -t 10 --requeue -p a\necho hi\n";
+        let text =
+            "#!/bin/bash\n#SBATCH -J from-script --mem=2G\n#SBATCH -t 10 --requeue -p a\necho hi\n";
         let cli = parse(&["-J", "from-cli", "--no-requeue", "job.sh", "arg"]);
         let args = cli.overlaid_on(directive_args(Tool::Sbatch, text).expect("directives"));
         let source = Source::Script {
@@ -527,7 +627,11 @@ mod tests {
         assert_eq!(spec.time_limit_s, 600);
         assert_eq!(spec.partitions, ["a"]);
         assert!(!spec.requeue);
-        assert!(spec.command.starts_with("exec /bin/bash /dev/fd/3 arg 3<<"), "{}", spec.command);
+        assert!(
+            spec.command.starts_with("exec /bin/bash /dev/fd/3 arg 3<<"),
+            "{}",
+            spec.command
+        );
     }
 
     #[test]
