@@ -76,6 +76,7 @@ fn free_port() -> Result<u16, HarnessError> {
 struct NodeProc {
     id: u64,
     addr: String,
+    metrics_addr: String,
     config_path: PathBuf,
     child: Option<Child>,
 }
@@ -126,8 +127,10 @@ impl LocalCluster {
             .collect();
         let mut nodes = Vec::new();
         for (id, addr) in &members {
+            let metrics_addr = format!("127.0.0.1:{}", free_port()?);
             let config = format!(
-                "node_id = {id}\nlisten = \"{addr}\"\ndata_dir = \"{}\"\nbootstrap = {}\n{member_toml}\n\
+                "node_id = {id}\nlisten = \"{addr}\"\nmetrics_listen = \"{metrics_addr}\"\n\
+                 data_dir = \"{}\"\nbootstrap = {}\n{member_toml}\n\
                  [agents]\nheartbeat_interval_ms = 500\nheartbeat_timeout_ms = 5000\nstop_grace_s = 5\n",
                 dir.join(format!("node-{id}")).display(),
                 *id == 1,
@@ -137,6 +140,7 @@ impl LocalCluster {
             nodes.push(NodeProc {
                 id: *id,
                 addr: addr.clone(),
+                metrics_addr,
                 config_path,
                 child: None,
             });
@@ -241,6 +245,23 @@ impl LocalCluster {
     /// gRPC addresses of every node, running or not.
     pub fn servers(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.addr.clone()).collect()
+    }
+
+    /// The text node `id` serves at `/metrics`.
+    pub fn scrape_metrics(&self, id: u64) -> Result<String, HarnessError> {
+        use std::io::{Read, Write};
+        let node = self.nodes.iter().find(|n| n.id == id).ok_or(HarnessError::NoSuchNode(id))?;
+        let mut stream = std::net::TcpStream::connect(&node.metrics_addr)?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response)?;
+        match response.split_once("\r\n\r\n") {
+            Some((head, body)) if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") => {
+                Ok(body.to_string())
+            }
+            _ => Err(HarnessError::Rpc(format!("bad metrics response: {response:.200}"))),
+        }
     }
 
     /// Addresses of the nodes currently running.

@@ -103,6 +103,12 @@ async fn job_runs_and_cluster_survives_leader_kill() {
     wait_for_state(&cluster, job1, JobState::Completed).await;
     assert_eq!(read_output(&out1), "first\n");
 
+    // The leader's metrics say so too.
+    let metrics = cluster.scrape_metrics(leader).expect("scrape metrics");
+    for line in ["berth_raft_is_leader 1", "berth_jobs{state=\"COMPLETED\"} 1", "berth_hosts 1"] {
+        assert!(metrics.lines().any(|l| l == line), "no line {line:?} in:\n{metrics}");
+    }
+
     // Abrupt leader loss: a new leader within 3 s.
     let killed_at = Instant::now();
     cluster.kill_node(leader).expect("kill leader");

@@ -13,6 +13,9 @@ pub struct NodeConfig {
     pub node_id: u64,
     /// gRPC address this node serves on (public API, agent protocol, Raft).
     pub listen: SocketAddr,
+    /// Where Prometheus metrics are served (`/metrics`); none when absent.
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
     /// Where the node keeps its RocksDB store.
     pub data_dir: PathBuf,
     /// Initialise the cluster from `members` if this node's store is new.

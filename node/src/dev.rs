@@ -53,6 +53,8 @@ pub fn cluster_configs(dir: &Path, n: u64, base_port: u16) -> Vec<NodeConfig> {
         .map(|id| NodeConfig {
             node_id: id,
             listen: ([127, 0, 0, 1], (base_port as u64 + id - 1) as u16).into(),
+            // Metrics 100 ports above the gRPC port: 7201, 7202, ...
+            metrics_listen: Some(([127, 0, 0, 1], (base_port as u64 + 100 + id - 1) as u16).into()),
             data_dir: dir.join(format!("node-{id}")),
             bootstrap: id == 1,
             members: members.clone(),
@@ -157,6 +159,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("  berth submit --wrap 'echo hello from $BERTH_JOB_ID'   # or: sbatch --wrap ...");
     println!("  berth queue                                          # or: squeue");
     println!("  berth cluster status");
+    println!(
+        "  curl -s http://{}/metrics | grep ^berth_    # Prometheus metrics",
+        configs[0].metrics_listen.map(|a| a.to_string()).unwrap_or_default()
+    );
     println!();
     println!("Ctrl-C stops everything started here.");
 

@@ -78,6 +78,7 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
     let mut was_leader = false;
     let policy = Policy {
         max_jobs_per_pass: node.config.scheduler.max_jobs_per_pass,
+        ..Policy::default()
     };
     loop {
         tokio::select! {
@@ -137,6 +138,7 @@ async fn run_pass(node: &Node, policy: &Policy) {
         )
     });
     let plan = schedule(&snapshot, policy, now_ms());
+    metrics::histogram!(crate::metrics::PASS_SECONDS).record(started.elapsed().as_secs_f64());
     {
         let mut reasons = node.last_reasons.lock().unwrap_or_else(|p| p.into_inner());
         *reasons = plan.reasons.clone();
@@ -152,6 +154,8 @@ async fn run_pass(node: &Node, policy: &Policy) {
     };
     match node.propose_local(command).await {
         Ok(Response::PlanApplied { started: n, dropped }) => {
+            metrics::counter!(crate::metrics::PLACEMENTS_TOTAL).increment(u64::from(n));
+            metrics::counter!(crate::metrics::PLACEMENTS_DROPPED_TOTAL).increment(u64::from(dropped));
             tracing::info!(
                 planned,
                 started = n,

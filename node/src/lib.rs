@@ -6,6 +6,7 @@
 //! - [`raft_service`], [`api_service`], [`agent_service`]: the gRPC services;
 //! - [`leader`]: the leader's scheduling loop and host liveness (leader soft
 //!   state, invariant 5);
+//! - [`metrics`]: Prometheus metrics at `/metrics`;
 //! - [`convert`]: between the wire types and the scheduler's model;
 //! - [`server`]: wiring it all together;
 //! - [`dev`]: `berthd dev`, a whole local cluster in one command.
@@ -19,6 +20,7 @@ pub mod config;
 pub mod convert;
 pub mod dev;
 pub mod leader;
+pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod raft_service;

@@ -40,6 +40,8 @@ pub enum ServerError {
     RaftConfig(String),
     #[error("raft: {0}")]
     Raft(String),
+    #[error("metrics: {0}")]
+    Metrics(String),
     #[error("cannot serve on {addr}: {source}")]
     Serve {
         addr: std::net::SocketAddr,
@@ -99,12 +101,28 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         });
     let server_task = tokio::spawn(serve);
 
+    let metrics_task = match node.config.metrics_listen {
+        Some(addr) => {
+            let handle = crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
+            let task = crate::metrics::serve(addr, node.clone(), handle, shutdown.clone());
+            Some(tokio::spawn(async move {
+                if let Err(e) = task.await {
+                    tracing::error!(error = %e, "metrics endpoint stopped");
+                }
+            }))
+        }
+        None => None,
+    };
+
     bootstrap(&node).await?;
     let loop_task = tokio::spawn(scheduling_loop(node.clone(), shutdown.clone()));
     tracing::info!(node = node.id, %listen, "berthd serving");
 
     let served = server_task.await;
     let _ = loop_task.await;
+    if let Some(task) = metrics_task {
+        let _ = task.await;
+    }
     if let Err(e) = node.raft.shutdown().await {
         tracing::warn!(error = %e, "raft shutdown");
     }
