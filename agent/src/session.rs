@@ -108,7 +108,14 @@ pub async fn run(cfg: SessionConfig, links: SessionLinks) {
             }
         };
         let mut established = false;
-        let end = session(&addr, &cfg, &links, &mut established, &mut registered_before).await;
+        let end = session(
+            &addr,
+            &cfg,
+            &links,
+            &mut established,
+            &mut registered_before,
+        )
+        .await;
         links.channel_tx.send_replace(None);
         if established {
             backoff.reset();

@@ -3,8 +3,8 @@
 //! integration tests and by `berth-drill`. Every wait has a deadline.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,9 @@ use tonic::transport::{Channel, Endpoint};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
-    #[error("{binary} not found in {dir}; build the binaries first: cargo build --workspace --bins")]
+    #[error(
+        "{binary} not found in {dir}; build the binaries first: cargo build --workspace --bins"
+    )]
     MissingBinary { binary: String, dir: PathBuf },
     #[error("io: {0}")]
     Io(#[from] std::io::Error),
@@ -250,17 +252,25 @@ impl LocalCluster {
     /// The text node `id` serves at `/metrics`.
     pub fn scrape_metrics(&self, id: u64) -> Result<String, HarnessError> {
         use std::io::{Read, Write};
-        let node = self.nodes.iter().find(|n| n.id == id).ok_or(HarnessError::NoSuchNode(id))?;
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.id == id)
+            .ok_or(HarnessError::NoSuchNode(id))?;
         let mut stream = std::net::TcpStream::connect(&node.metrics_addr)?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
         stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
         let mut response = String::new();
         stream.read_to_string(&mut response)?;
         match response.split_once("\r\n\r\n") {
-            Some((head, body)) if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") => {
+            Some((head, body))
+                if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") =>
+            {
                 Ok(body.to_string())
             }
-            _ => Err(HarnessError::Rpc(format!("bad metrics response: {response:.200}"))),
+            _ => Err(HarnessError::Rpc(format!(
+                "bad metrics response: {response:.200}"
+            ))),
         }
     }
 
@@ -294,7 +304,12 @@ impl LocalCluster {
 
     /// Starts every node that is not running.
     pub fn start_stopped_nodes(&mut self) -> Result<(), HarnessError> {
-        let ids: Vec<u64> = self.nodes.iter().filter(|n| n.child.is_none()).map(|n| n.id).collect();
+        let ids: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter(|n| n.child.is_none())
+            .map(|n| n.id)
+            .collect();
         for id in ids {
             self.start_node(id)?;
         }
@@ -355,7 +370,10 @@ impl LocalCluster {
             if status.leader_id == 0 {
                 return None;
             }
-            let running = self.nodes.iter().any(|n| n.id == status.leader_id && n.child.is_some());
+            let running = self
+                .nodes
+                .iter()
+                .any(|n| n.id == status.leader_id && n.child.is_some());
             if !running || leader.is_some_and(|l| l != status.leader_id) {
                 return None;
             }

@@ -13,7 +13,11 @@ use berth_chaos::harness::{ClusterOptions, LocalCluster};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "berth-drill", version, about = "Fault drills against a Berth cluster")]
+#[command(
+    name = "berth-drill",
+    version,
+    about = "Fault drills against a Berth cluster"
+)]
 struct Cli {
     #[command(subcommand)]
     drill: Drill,
@@ -37,7 +41,10 @@ const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("berth-drill: error: {e}");

@@ -51,13 +51,23 @@ async fn wait_for_state(cluster: &LocalCluster, job_id: u64, want: JobState) {
     let mut last = String::new();
     while start.elapsed() < JOB_DEADLINE {
         if let Ok(mut client) = cluster.client().await {
-            match client.get_job(GetJobRequest { job_id, stale: false }).await {
+            match client
+                .get_job(GetJobRequest {
+                    job_id,
+                    stale: false,
+                })
+                .await
+            {
                 Ok(job) => {
                     let job = job.into_inner();
                     if job.state == want as i32 {
                         return;
                     }
-                    last = format!("state {:?} reason {}", JobState::try_from(job.state), job.reason);
+                    last = format!(
+                        "state {:?} reason {}",
+                        JobState::try_from(job.state),
+                        job.reason
+                    );
                 }
                 Err(e) => last = e.to_string(),
             }
@@ -95,31 +105,58 @@ fn read_output(path: &std::path::Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_runs_and_cluster_survives_leader_kill() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut cluster = LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
-    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await.expect("first leader");
+    let mut cluster =
+        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    let leader = cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("first leader");
 
     let out1 = tmp.path().join("job1.txt");
-    let job1 = submit(&cluster, "e2e-job-1", &format!("echo first > {}", out1.display())).await;
+    let job1 = submit(
+        &cluster,
+        "e2e-job-1",
+        &format!("echo first > {}", out1.display()),
+    )
+    .await;
     wait_for_state(&cluster, job1, JobState::Completed).await;
     assert_eq!(read_output(&out1), "first\n");
 
     // The leader's metrics say so too.
     let metrics = cluster.scrape_metrics(leader).expect("scrape metrics");
-    for line in ["berth_raft_is_leader 1", "berth_jobs{state=\"COMPLETED\"} 1", "berth_hosts 1"] {
-        assert!(metrics.lines().any(|l| l == line), "no line {line:?} in:\n{metrics}");
+    for line in [
+        "berth_raft_is_leader 1",
+        "berth_jobs{state=\"COMPLETED\"} 1",
+        "berth_hosts 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no line {line:?} in:\n{metrics}"
+        );
     }
 
     // Abrupt leader loss: a new leader within 3 s.
     let killed_at = Instant::now();
     cluster.kill_node(leader).expect("kill leader");
-    let new_leader = cluster.wait_for_leader(Duration::from_secs(3)).await.expect("new leader within 3 s");
+    let new_leader = cluster
+        .wait_for_leader(Duration::from_secs(3))
+        .await
+        .expect("new leader within 3 s");
     let failover = killed_at.elapsed();
     eprintln!("leader {leader} killed; node {new_leader} leads after {failover:?}");
     assert_ne!(new_leader, leader);
-    assert!(failover <= Duration::from_secs(3), "failover took {failover:?}");
+    assert!(
+        failover <= Duration::from_secs(3),
+        "failover took {failover:?}"
+    );
 
     let out2 = tmp.path().join("job2.txt");
-    let job2 = submit(&cluster, "e2e-job-2", &format!("echo second > {}", out2.display())).await;
+    let job2 = submit(
+        &cluster,
+        "e2e-job-2",
+        &format!("echo second > {}", out2.display()),
+    )
+    .await;
     wait_for_state(&cluster, job2, JobState::Completed).await;
     assert_eq!(read_output(&out2), "second\n");
 
@@ -132,21 +169,31 @@ async fn job_runs_and_cluster_survives_leader_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_of_all_nodes_keeps_jobs_and_id_counter() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut cluster = LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
-    cluster.wait_for_leader(LEADER_DEADLINE).await.expect("leader");
+    let mut cluster =
+        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("leader");
 
     let ok = submit(&cluster, "restart-ok", "exit 0").await;
     let bad = submit(&cluster, "restart-bad", "exit 3").await;
     wait_for_state(&cluster, ok, JobState::Completed).await;
     wait_for_state(&cluster, bad, JobState::Failed).await;
     let before_ids = all_job_ids(&cluster).await;
-    let leader = cluster.wait_for_leader(LEADER_DEADLINE).await.expect("leader");
+    let leader = cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("leader");
     let addr = cluster.servers()[(leader - 1) as usize].clone();
     let next_before = status_of(&addr).await.expect("status").next_job_id;
 
     cluster.kill_all_nodes().expect("kill all");
     cluster.start_stopped_nodes().expect("restart");
-    cluster.wait_for_leader(LEADER_DEADLINE).await.expect("leader after restart");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("leader after restart");
 
     assert_eq!(all_job_ids(&cluster).await, before_ids);
     wait_for_state(&cluster, ok, JobState::Completed).await;
@@ -178,14 +225,21 @@ async fn restart_of_all_nodes_keeps_jobs_and_id_counter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_agent_never_runs_a_job_twice() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut cluster = LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
-    cluster.wait_for_leader(LEADER_DEADLINE).await.expect("leader");
+    let mut cluster =
+        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("leader");
 
     let starts = tmp.path().join("starts.txt");
     let job = submit(
         &cluster,
         "agent-restart",
-        &format!("echo started >> {0}; sleep 3; echo ended >> {0}", starts.display()),
+        &format!(
+            "echo started >> {0}; sleep 3; echo ended >> {0}",
+            starts.display()
+        ),
     )
     .await;
     wait_for_state(&cluster, job, JobState::Running).await;
@@ -208,7 +262,11 @@ async fn restarted_agent_never_runs_a_job_twice() {
     while !read_output(&starts).contains("ended") && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(read_output(&starts), "started\nended\n", "the job ran more than once");
+    assert_eq!(
+        read_output(&starts),
+        "started\nended\n",
+        "the job ran more than once"
+    );
 
     let mut client = cluster.client().await.expect("client");
     let mut events = client
@@ -221,6 +279,14 @@ async fn restarted_agent_never_runs_a_job_twice() {
         kinds.push(e.kind);
     }
     assert_eq!(kinds.first().map(String::as_str), Some("submitted"));
-    assert_eq!(kinds.iter().filter(|k| *k == "allocated").count(), 1, "{kinds:?}");
-    assert_eq!(kinds.last().map(String::as_str), Some("node-fail"), "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "allocated").count(),
+        1,
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("node-fail"),
+        "{kinds:?}"
+    );
 }

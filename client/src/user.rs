@@ -43,7 +43,9 @@ fn passwd_name() -> Option<String> {
         if rc != 0 || found.is_null() || (*found).pw_name.is_null() {
             return None;
         }
-        let name = std::ffi::CStr::from_ptr((*found).pw_name).to_string_lossy().into_owned();
+        let name = std::ffi::CStr::from_ptr((*found).pw_name)
+            .to_string_lossy()
+            .into_owned();
         (!name.is_empty()).then_some(name)
     }
 }
@@ -54,9 +56,15 @@ mod tests {
 
     #[test]
     fn user_then_logname() {
-        assert_eq!(user_from(Some("alice".into()), Some("bob".into())).as_deref(), Some("alice"));
+        assert_eq!(
+            user_from(Some("alice".into()), Some("bob".into())).as_deref(),
+            Some("alice")
+        );
         assert_eq!(user_from(None, Some("bob".into())).as_deref(), Some("bob"));
-        assert_eq!(user_from(Some(" ".into()), Some("bob".into())).as_deref(), Some("bob"));
+        assert_eq!(
+            user_from(Some(" ".into()), Some("bob".into())).as_deref(),
+            Some("bob")
+        );
         assert_eq!(user_from(None, None), None);
     }
 

@@ -43,7 +43,9 @@ impl AgentServiceImpl {
         self.require_leader()?;
         match self.node.propose(command).await? {
             SmResponse::Report { accepted } => Ok(Response::new(ReportAck { accepted })),
-            other => Err(Status::internal(format!("unexpected state-machine answer {other:?}"))),
+            other => Err(Status::internal(format!(
+                "unexpected state-machine answer {other:?}"
+            ))),
         }
     }
 }
@@ -59,7 +61,10 @@ fn valid_host(host: &str) -> Result<(), Status> {
 
 #[tonic::async_trait]
 impl AgentService for AgentServiceImpl {
-    async fn register(&self, request: Request<RegisterRequest>) -> Result<Response<RegisterResponse>, Status> {
+    async fn register(
+        &self,
+        request: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
         self.require_leader()?;
         let req = request.into_inner();
         valid_host(&req.host)?;
@@ -88,7 +93,10 @@ impl AgentService for AgentServiceImpl {
         }))
     }
 
-    async fn heartbeat(&self, request: Request<HeartbeatRequest>) -> Result<Response<HeartbeatResponse>, Status> {
+    async fn heartbeat(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, Status> {
         self.require_leader()?;
         let req = request.into_inner();
         let known = self.node.read(|s| s.data.hosts.contains_key(&req.host));
@@ -117,7 +125,9 @@ impl AgentService for AgentServiceImpl {
                     let _ = tx
                         .send(Err(Status::failed_precondition(format!(
                             "not leader; leader is {}",
-                            node.leader().map(|(_, a)| a).unwrap_or_else(|| "unknown".into())
+                            node.leader()
+                                .map(|(_, a)| a)
+                                .unwrap_or_else(|| "unknown".into())
                         ))))
                         .await;
                     return;
@@ -130,7 +140,11 @@ impl AgentService for AgentServiceImpl {
                     }
                     last_sent = Some(ids);
                 }
-                let wake = tokio::time::timeout(Duration::from_millis(ASSIGNMENT_RESEND_MS), applied.changed()).await;
+                let wake = tokio::time::timeout(
+                    Duration::from_millis(ASSIGNMENT_RESEND_MS),
+                    applied.changed(),
+                )
+                .await;
                 match wake {
                     Ok(Ok(())) => {}
                     Ok(Err(_)) => return,
@@ -141,7 +155,10 @@ impl AgentService for AgentServiceImpl {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn report_started(&self, request: Request<StartedReport>) -> Result<Response<ReportAck>, Status> {
+    async fn report_started(
+        &self,
+        request: Request<StartedReport>,
+    ) -> Result<Response<ReportAck>, Status> {
         let r = request.into_inner();
         self.report(Command::JobStarted {
             job_id: r.job_id,
@@ -153,7 +170,10 @@ impl AgentService for AgentServiceImpl {
         .await
     }
 
-    async fn report_exited(&self, request: Request<ExitedReport>) -> Result<Response<ReportAck>, Status> {
+    async fn report_exited(
+        &self,
+        request: Request<ExitedReport>,
+    ) -> Result<Response<ReportAck>, Status> {
         let r = request.into_inner();
         self.report(Command::JobExited {
             job_id: r.job_id,

@@ -65,13 +65,20 @@ impl ApiService {
     }
 
     fn reason_of(&self, record: &berth_raft_store::JobRecord) -> berth_scheduler::Reason {
-        let reasons = self.node.last_reasons.lock().unwrap_or_else(|p| p.into_inner());
+        let reasons = self
+            .node
+            .last_reasons
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         convert::effective_reason(record, reasons.get(&record.job.id))
     }
 
     fn job_proto(&self, job_id: u64) -> Result<Job, Status> {
         self.node
-            .read(|s| s.job(job_id).map(|r| convert::job_to_proto(r, &self.reason_of(r))))
+            .read(|s| {
+                s.job(job_id)
+                    .map(|r| convert::job_to_proto(r, &self.reason_of(r)))
+            })
             .ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))
     }
 }
@@ -88,9 +95,15 @@ type EventStream = Pin<Box<dyn Stream<Item = Result<JobEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl BerthApi for ApiService {
-    async fn submit_job(&self, request: Request<SubmitJobRequest>) -> Result<Response<SubmitJobResponse>, Status> {
+    async fn submit_job(
+        &self,
+        request: Request<SubmitJobRequest>,
+    ) -> Result<Response<SubmitJobResponse>, Status> {
         let req = request.into_inner();
-        let spec = convert::spec_from_proto(req.spec.ok_or_else(|| rejected("spec is required".into()))?);
+        let spec = convert::spec_from_proto(
+            req.spec
+                .ok_or_else(|| rejected("spec is required".into()))?,
+        );
         validate_submit(&req.request_id, &spec).map_err(rejected)?;
         let command = Command::SubmitJob {
             request_id: req.request_id,
@@ -98,15 +111,24 @@ impl BerthApi for ApiService {
             now_ms: 0,
         };
         match self.node.propose(command).await? {
-            SmResponse::Submitted { job_id, duplicate } => Ok(Response::new(SubmitJobResponse { job_id, duplicate })),
+            SmResponse::Submitted { job_id, duplicate } => {
+                Ok(Response::new(SubmitJobResponse { job_id, duplicate }))
+            }
             SmResponse::Rejected { reason } => Err(rejected(reason)),
             other => Err(unexpected(other)),
         }
     }
 
-    async fn cancel_job(&self, request: Request<CancelJobRequest>) -> Result<Response<CancelJobResponse>, Status> {
+    async fn cancel_job(
+        &self,
+        request: Request<CancelJobRequest>,
+    ) -> Result<Response<CancelJobResponse>, Status> {
         let job_id = request.into_inner().job_id;
-        match self.node.propose(Command::CancelJob { job_id, now_ms: 0 }).await? {
+        match self
+            .node
+            .propose(Command::CancelJob { job_id, now_ms: 0 })
+            .await?
+        {
             SmResponse::Cancelled { previous_state } => Ok(Response::new(CancelJobResponse {
                 previous_state: convert::state_to_proto(previous_state) as i32,
             })),
@@ -126,7 +148,10 @@ impl BerthApi for ApiService {
         Ok(Response::new(self.job_proto(req.job_id)?))
     }
 
-    async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Result<Response<ListJobsResponse>, Status> {
+    async fn list_jobs(
+        &self,
+        request: Request<ListJobsRequest>,
+    ) -> Result<Response<ListJobsResponse>, Status> {
         let req = request.into_inner();
         if !req.stale {
             if let Some(mut leader) = self.leader_client()? {
@@ -137,7 +162,9 @@ impl BerthApi for ApiService {
         let mut states = Vec::new();
         for s in &req.states {
             match JobState::try_from(*s) {
-                Ok(JobState::Unspecified) | Err(_) => return Err(rejected(format!("unknown job state {s}"))),
+                Ok(JobState::Unspecified) | Err(_) => {
+                    return Err(rejected(format!("unknown job state {s}")))
+                }
                 // A valid state no job can be in yet (e.g. PREEMPTED) matches nothing.
                 Ok(state) => states.extend(convert::state_from_proto(state)),
             }
@@ -164,7 +191,10 @@ impl BerthApi for ApiService {
         Ok(Response::new(ListJobsResponse { jobs, truncated }))
     }
 
-    async fn explain_job(&self, request: Request<ExplainJobRequest>) -> Result<Response<ExplainJobResponse>, Status> {
+    async fn explain_job(
+        &self,
+        request: Request<ExplainJobRequest>,
+    ) -> Result<Response<ExplainJobResponse>, Status> {
         let req = request.into_inner();
         if let Some(mut leader) = self.leader_client()? {
             return leader.explain_job(req).await;
@@ -189,7 +219,11 @@ impl BerthApi for ApiService {
                     };
                     let lacks = match fits(&view, request) {
                         Ok(()) => "nothing: fits now".to_string(),
-                        Err(lacks) => lacks.iter().map(|l| l.to_string()).collect::<Vec<_>>().join("; "),
+                        Err(lacks) => lacks
+                            .iter()
+                            .map(|l| l.to_string())
+                            .collect::<Vec<_>>()
+                            .join("; "),
                     };
                     HostRejection {
                         host: h.name.clone(),
@@ -223,7 +257,11 @@ impl BerthApi for ApiService {
             loop {
                 let (fresh, done) = node.read(|s| match s.job(job_id) {
                     Some(r) => (
-                        r.events.iter().skip(sent).map(|e| convert::event_to_proto(job_id, e)).collect::<Vec<_>>(),
+                        r.events
+                            .iter()
+                            .skip(sent)
+                            .map(|e| convert::event_to_proto(job_id, e))
+                            .collect::<Vec<_>>(),
                         r.job.state.is_final(),
                     ),
                     None => (Vec::new(), true),
@@ -245,7 +283,10 @@ impl BerthApi for ApiService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn cluster_status(&self, _: Request<ClusterStatusRequest>) -> Result<Response<ClusterStatusResponse>, Status> {
+    async fn cluster_status(
+        &self,
+        _: Request<ClusterStatusRequest>,
+    ) -> Result<Response<ClusterStatusResponse>, Status> {
         let metrics = self.node.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
         let voters: Vec<u64> = membership.voter_ids().collect();
@@ -256,7 +297,10 @@ impl BerthApi for ApiService {
                 node_id: *id,
                 addr: node.addr.clone(),
                 voter: voters.contains(id),
-                matched_index: matched.get(id).and_then(|m| m.map(|l| l.index)).unwrap_or(0),
+                matched_index: matched
+                    .get(id)
+                    .and_then(|m| m.map(|l| l.index))
+                    .unwrap_or(0),
             })
             .collect();
         let leader_id = metrics.current_leader.unwrap_or(0);
@@ -274,7 +318,10 @@ impl BerthApi for ApiService {
         }))
     }
 
-    async fn add_learner(&self, request: Request<AddLearnerRequest>) -> Result<Response<MembershipResponse>, Status> {
+    async fn add_learner(
+        &self,
+        request: Request<AddLearnerRequest>,
+    ) -> Result<Response<MembershipResponse>, Status> {
         let req = request.into_inner();
         if let Some(mut leader) = self.leader_client()? {
             return leader.add_learner(req).await;
@@ -307,7 +354,12 @@ impl BerthApi for ApiService {
         let written = self
             .node
             .raft
-            .change_membership(req.voter_ids.into_iter().collect::<std::collections::BTreeSet<_>>(), false)
+            .change_membership(
+                req.voter_ids
+                    .into_iter()
+                    .collect::<std::collections::BTreeSet<_>>(),
+                false,
+            )
             .await
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
         Ok(Response::new(MembershipResponse {
@@ -315,7 +367,10 @@ impl BerthApi for ApiService {
         }))
     }
 
-    async fn list_hosts(&self, _: Request<ListHostsRequest>) -> Result<Response<ListHostsResponse>, Status> {
+    async fn list_hosts(
+        &self,
+        _: Request<ListHostsRequest>,
+    ) -> Result<Response<ListHostsResponse>, Status> {
         if let Some(mut leader) = self.leader_client()? {
             return leader.list_hosts(ListHostsRequest {}).await;
         }
@@ -323,7 +378,8 @@ impl BerthApi for ApiService {
         let hosts = self.node.read(|s| {
             s.hosts()
                 .map(|h| {
-                    let up = self.node.liveness.state(&h.name, now) == berth_scheduler::HostState::Up;
+                    let up =
+                        self.node.liveness.state(&h.name, now) == berth_scheduler::HostState::Up;
                     convert::host_to_proto(h, up)
                 })
                 .collect()
@@ -334,16 +390,25 @@ impl BerthApi for ApiService {
     async fn upsert_qos(&self, _: Request<Qos>) -> Result<Response<AdminResponse>, Status> {
         Err(not_yet("QOS definitions"))
     }
-    async fn list_qos(&self, _: Request<ListQosRequest>) -> Result<Response<ListQosResponse>, Status> {
+    async fn list_qos(
+        &self,
+        _: Request<ListQosRequest>,
+    ) -> Result<Response<ListQosResponse>, Status> {
         Err(not_yet("QOS definitions"))
     }
     async fn upsert_account(&self, _: Request<Account>) -> Result<Response<AdminResponse>, Status> {
         Err(not_yet("accounts"))
     }
-    async fn list_accounts(&self, _: Request<ListAccountsRequest>) -> Result<Response<ListAccountsResponse>, Status> {
+    async fn list_accounts(
+        &self,
+        _: Request<ListAccountsRequest>,
+    ) -> Result<Response<ListAccountsResponse>, Status> {
         Err(not_yet("accounts"))
     }
-    async fn upsert_partition(&self, _: Request<Partition>) -> Result<Response<AdminResponse>, Status> {
+    async fn upsert_partition(
+        &self,
+        _: Request<Partition>,
+    ) -> Result<Response<AdminResponse>, Status> {
         Err(not_yet("partitions"))
     }
     async fn list_partitions(
@@ -352,10 +417,16 @@ impl BerthApi for ApiService {
     ) -> Result<Response<ListPartitionsResponse>, Status> {
         Err(not_yet("partitions"))
     }
-    async fn create_reservation(&self, _: Request<Reservation>) -> Result<Response<AdminResponse>, Status> {
+    async fn create_reservation(
+        &self,
+        _: Request<Reservation>,
+    ) -> Result<Response<AdminResponse>, Status> {
         Err(not_yet("reservations"))
     }
-    async fn delete_reservation(&self, _: Request<DeleteReservationRequest>) -> Result<Response<AdminResponse>, Status> {
+    async fn delete_reservation(
+        &self,
+        _: Request<DeleteReservationRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
         Err(not_yet("reservations"))
     }
     async fn list_reservations(
@@ -389,7 +460,10 @@ fn commit_index(metrics: &openraft::RaftMetrics<u64, BasicNode>, voters: &[u64])
             if *id == metrics.id {
                 own
             } else {
-                replication.get(id).and_then(|m| m.map(|l| l.index)).unwrap_or(0)
+                replication
+                    .get(id)
+                    .and_then(|m| m.map(|l| l.index))
+                    .unwrap_or(0)
             }
         })
         .collect();

@@ -158,22 +158,33 @@ impl NodeConfig {
         }
         let r = &self.raft;
         if r.heartbeat_interval_ms == 0 || r.election_timeout_min_ms <= r.heartbeat_interval_ms {
-            return Err("raft.election_timeout_min_ms must exceed raft.heartbeat_interval_ms (> 0)".into());
+            return Err(
+                "raft.election_timeout_min_ms must exceed raft.heartbeat_interval_ms (> 0)".into(),
+            );
         }
         if r.election_timeout_max_ms <= r.election_timeout_min_ms {
-            return Err("raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms".into());
+            return Err(
+                "raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms".into(),
+            );
         }
         if self.scheduler.pass_interval_ms == 0 || self.scheduler.max_jobs_per_pass == 0 {
-            return Err("scheduler.pass_interval_ms and scheduler.max_jobs_per_pass must be > 0".into());
+            return Err(
+                "scheduler.pass_interval_ms and scheduler.max_jobs_per_pass must be > 0".into(),
+            );
         }
         if self.agents.heartbeat_timeout_ms <= self.agents.heartbeat_interval_ms {
-            return Err("agents.heartbeat_timeout_ms must exceed agents.heartbeat_interval_ms".into());
+            return Err(
+                "agents.heartbeat_timeout_ms must exceed agents.heartbeat_interval_ms".into(),
+            );
         }
         Ok(())
     }
 
     pub fn member_addr(&self, id: u64) -> Option<&str> {
-        self.members.iter().find(|m| m.id == id).map(|m| m.addr.as_str())
+        self.members
+            .iter()
+            .find(|m| m.id == id)
+            .map(|m| m.addr.as_str())
     }
 }
 

@@ -74,7 +74,9 @@ pub fn state_from_proto(s: api::JobState) -> Option<JobState> {
         api::JobState::Cancelled => JobState::Cancelled,
         api::JobState::Timeout => JobState::Timeout,
         api::JobState::NodeFail => JobState::NodeFail,
-        api::JobState::Unspecified | api::JobState::Preempted | api::JobState::Suspended => return None,
+        api::JobState::Unspecified | api::JobState::Preempted | api::JobState::Suspended => {
+            return None
+        }
     })
 }
 
@@ -143,6 +145,10 @@ pub fn host_to_proto(h: &HostRecord, up: bool) -> api::Host {
         state: state.to_string(),
         alloc_cpus: h.allocated.cpus,
         alloc_memory_mb: h.allocated.mem_mb,
-        reason: if up { String::new() } else { "agent not heard from within the heartbeat timeout".into() },
+        reason: if up {
+            String::new()
+        } else {
+            "agent not heard from within the heartbeat timeout".into()
+        },
     }
 }

@@ -79,7 +79,8 @@ fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Result<Proc> {
-    let out = std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
+    let out =
+        std::fs::File::create(log).with_context(|| format!("cannot create {}", log.display()))?;
     let err = out.try_clone()?;
     let mut command = Command::new(program);
     // SAFETY: prctl is async-signal-safe; between fork and exec it only
@@ -111,7 +112,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     }
     let agent_bin = sibling_binary("berth-agent")?;
     let berthd = std::env::current_exe()?;
-    std::fs::create_dir_all(&args.dir).with_context(|| format!("cannot create {}", args.dir.display()))?;
+    std::fs::create_dir_all(&args.dir)
+        .with_context(|| format!("cannot create {}", args.dir.display()))?;
     let dir = std::fs::canonicalize(&args.dir)?;
     let work_dir = dir.join("work");
     std::fs::create_dir_all(&work_dir)?;
@@ -124,7 +126,12 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         std::fs::write(&path, toml::to_string(config)?)?;
         let name = format!("node {}", config.node_id);
         let log = dir.join(format!("node-{}.log", config.node_id));
-        procs.push(spawn(&name, &berthd, &["--config".into(), path.display().to_string()], &log)?);
+        procs.push(spawn(
+            &name,
+            &berthd,
+            &["--config".into(), path.display().to_string()],
+            &log,
+        )?);
     }
     for i in 1..=args.agents {
         let name = format!("agent dev-host-{i}");
@@ -145,7 +152,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         Ok(r) => r,
         Err(e) => {
             stop_all(&mut procs).await;
-            return Err(e.context(format!("the dev cluster did not come up; see the logs in {}", dir.display())));
+            return Err(e.context(format!(
+                "the dev cluster did not come up; see the logs in {}",
+                dir.display()
+            )));
         }
     };
     println!("Berth dev cluster is up. {leader_line}; {hosts} hosts registered.");
@@ -161,7 +171,10 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("  berth cluster status");
     println!(
         "  curl -s http://{}/metrics | grep ^berth_    # Prometheus metrics",
-        configs[0].metrics_listen.map(|a| a.to_string()).unwrap_or_default()
+        configs[0]
+            .metrics_listen
+            .map(|a| a.to_string())
+            .unwrap_or_default()
     );
     println!();
     println!("Ctrl-C stops everything started here.");
@@ -185,7 +198,10 @@ async fn wait_until_ready(servers: &[String], agents: usize) -> anyhow::Result<(
                 if let Ok(status) = client.cluster_status(ClusterStatusRequest {}).await {
                     let s = status.into_inner();
                     if s.leader_id != 0 {
-                        leader_line = Some(format!("Leader is node {} ({})", s.leader_id, s.leader_addr));
+                        leader_line = Some(format!(
+                            "Leader is node {} ({})",
+                            s.leader_id, s.leader_addr
+                        ));
                     }
                 }
             }
@@ -248,7 +264,8 @@ async fn stop_all(procs: &mut [Proc]) {
         }
     }
     for p in procs.iter_mut() {
-        let waited = tokio::time::timeout(Duration::from_millis(CHILD_STOP_GRACE_MS), p.child.wait()).await;
+        let waited =
+            tokio::time::timeout(Duration::from_millis(CHILD_STOP_GRACE_MS), p.child.wait()).await;
         if waited.is_err() {
             let _ = p.child.kill().await;
         }

@@ -72,7 +72,9 @@ impl HostLiveness {
 /// Runs scheduling passes while this node is leader: on every tick and
 /// whenever `pass_notify` fires. Ends when `shutdown` turns true.
 pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(node.config.scheduler.pass_interval_ms));
+    let mut tick = tokio::time::interval(Duration::from_millis(
+        node.config.scheduler.pass_interval_ms,
+    ));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::spawn(wake_on_election(node.clone(), shutdown.clone()));
     let mut was_leader = false;
@@ -91,7 +93,10 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
         let is_leader = node.is_leader();
         if is_leader && !was_leader {
             node.liveness.rearm(Instant::now());
-            tracing::info!(node = node.id, "became leader; host deadlines re-armed, passes resume");
+            tracing::info!(
+                node = node.id,
+                "became leader; host deadlines re-armed, passes resume"
+            );
         }
         if !is_leader && was_leader {
             node.liveness.step_down();
@@ -153,9 +158,13 @@ async fn run_pass(node: &Node, policy: &Policy) {
         starts: plan.starts,
     };
     match node.propose_local(command).await {
-        Ok(Response::PlanApplied { started: n, dropped }) => {
+        Ok(Response::PlanApplied {
+            started: n,
+            dropped,
+        }) => {
             metrics::counter!(crate::metrics::PLACEMENTS_TOTAL).increment(u64::from(n));
-            metrics::counter!(crate::metrics::PLACEMENTS_DROPPED_TOTAL).increment(u64::from(dropped));
+            metrics::counter!(crate::metrics::PLACEMENTS_DROPPED_TOTAL)
+                .increment(u64::from(dropped));
             tracing::info!(
                 planned,
                 started = n,
@@ -178,12 +187,25 @@ mod tests {
     fn new_leader_grants_grace_then_times_out() {
         let live = HostLiveness::new(Duration::from_secs(10));
         let t0 = Instant::now();
-        assert_eq!(live.state("h1", t0), HostState::Down, "not leader: no grace");
+        assert_eq!(
+            live.state("h1", t0),
+            HostState::Down,
+            "not leader: no grace"
+        );
         live.rearm(t0);
         assert_eq!(live.state("h1", t0 + Duration::from_secs(5)), HostState::Up);
-        assert_eq!(live.state("h1", t0 + Duration::from_secs(11)), HostState::Down);
+        assert_eq!(
+            live.state("h1", t0 + Duration::from_secs(11)),
+            HostState::Down
+        );
         live.heard_from("h1", t0 + Duration::from_secs(11));
-        assert_eq!(live.state("h1", t0 + Duration::from_secs(12)), HostState::Up);
-        assert_eq!(live.state("h2", t0 + Duration::from_secs(12)), HostState::Down);
+        assert_eq!(
+            live.state("h1", t0 + Duration::from_secs(12)),
+            HostState::Up
+        );
+        assert_eq!(
+            live.state("h2", t0 + Duration::from_secs(12)),
+            HostState::Down
+        );
     }
 }

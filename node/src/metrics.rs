@@ -27,7 +27,10 @@ pub enum MetricsError {
     #[error("cannot install the metrics recorder: {0}")]
     Install(String),
     #[error("cannot serve metrics on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// Installs the process-wide recorder. Call once per process.
@@ -71,9 +74,14 @@ async fn render(State(scrape): State<Arc<Scrape>>) -> String {
 fn refresh(node: &Node) {
     let m = node.raft.metrics().borrow().clone();
     metrics::gauge!("berth_raft_term").set(m.current_term as f64);
-    metrics::gauge!("berth_raft_is_leader").set(if m.state == ServerState::Leader { 1.0 } else { 0.0 });
+    metrics::gauge!("berth_raft_is_leader").set(if m.state == ServerState::Leader {
+        1.0
+    } else {
+        0.0
+    });
     metrics::gauge!("berth_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
-    metrics::gauge!("berth_raft_applied_index").set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
+    metrics::gauge!("berth_raft_applied_index")
+        .set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
     metrics::gauge!("berth_raft_leader_id").set(m.current_leader.unwrap_or(0) as f64);
 
     let (by_state, hosts, next_job_id) = node.read(|s| {
@@ -83,7 +91,15 @@ fn refresh(node: &Node) {
         }
         (by_state, s.hosts().count(), s.data.counters.next_job_id)
     });
-    for state in ["PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"] {
+    for state in [
+        "PENDING",
+        "RUNNING",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+    ] {
         let n = by_state.get(state).copied().unwrap_or(0);
         metrics::gauge!("berth_jobs", "state" => state).set(n as f64);
     }

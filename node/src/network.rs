@@ -6,7 +6,9 @@ use std::time::Duration;
 use berth_proto::raft::raft_transport_client::RaftTransportClient;
 use berth_proto::raft::{RaftMessage, RaftReply};
 use berth_raft_store::{NodeId, TypeConfig};
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -76,7 +78,8 @@ impl PeerConnection {
             let e = TransportError(format!("bad peer address {:?}", self.addr));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         };
-        let payload = serde_json::to_vec(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let payload =
+            serde_json::to_vec(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut req = tonic::Request::new(RaftMessage { payload });
         req.set_timeout(option.hard_ttl());
         let reply = match method {
@@ -87,7 +90,11 @@ impl PeerConnection {
         let reply: RaftReply = match reply {
             Ok(r) => r.into_inner(),
             Err(status) => {
-                let e = TransportError(format!("{} to node {}: {status}", method.name(), self.target));
+                let e = TransportError(format!(
+                    "{} to node {}: {status}",
+                    method.name(),
+                    self.target
+                ));
                 return Err(match status.code() {
                     tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&e)),
                     _ => RPCError::Network(NetworkError::new(&e)),
@@ -95,8 +102,8 @@ impl PeerConnection {
             }
         };
         if !reply.error.is_empty() {
-            let err: RaftError<NodeId, E> =
-                serde_json::from_slice(&reply.error).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            let err: RaftError<NodeId, E> = serde_json::from_slice(&reply.error)
+                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
             return Err(RPCError::RemoteError(RemoteError::new(self.target, err)));
         }
         serde_json::from_slice(&reply.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))

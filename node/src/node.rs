@@ -40,7 +40,9 @@ impl From<ProposeError> for Status {
     fn from(e: ProposeError) -> Status {
         match e {
             ProposeError::NotLeader { .. } => Status::failed_precondition(e.to_string()),
-            ProposeError::NoLeader | ProposeError::Unavailable(_) => Status::unavailable(e.to_string()),
+            ProposeError::NoLeader | ProposeError::Unavailable(_) => {
+                Status::unavailable(e.to_string())
+            }
             ProposeError::Fatal(_) => Status::internal(e.to_string()),
         }
     }
@@ -71,10 +73,13 @@ pub fn now_ms() -> u64 {
 }
 
 impl Node {
-    pub fn new(config: NodeConfig, raft: Raft, state: SharedState, applied: watch::Receiver<u64>) -> Node {
-        let liveness = HostLiveness::new(
-            Duration::from_millis(config.agents.heartbeat_timeout_ms),
-        );
+    pub fn new(
+        config: NodeConfig,
+        raft: Raft,
+        state: SharedState,
+        applied: watch::Receiver<u64>,
+    ) -> Node {
+        let liveness = HostLiveness::new(Duration::from_millis(config.agents.heartbeat_timeout_ms));
         Node {
             id: config.node_id,
             config,
@@ -124,14 +129,18 @@ impl Node {
                 self.propose_local(command.clone()).await
             } else {
                 match self.leader() {
-                    Some((leader_id, addr)) if leader_id != self.id => self.forward(&addr, &command).await,
+                    Some((leader_id, addr)) if leader_id != self.id => {
+                        self.forward(&addr, &command).await
+                    }
                     _ => Err(ProposeError::NoLeader),
                 }
             };
             match attempt {
-                Err(ProposeError::NotLeader { .. } | ProposeError::NoLeader | ProposeError::Unavailable(_))
-                    if tokio::time::Instant::now() < deadline =>
-                {
+                Err(
+                    ProposeError::NotLeader { .. }
+                    | ProposeError::NoLeader
+                    | ProposeError::Unavailable(_),
+                ) if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(PROPOSE_RETRY_PAUSE_MS)).await;
                 }
                 other => return other,
@@ -170,7 +179,8 @@ impl Node {
         if let Some(c) = peers.get(addr) {
             return Ok(c.clone());
         }
-        let ch = channel(addr).map_err(|e| ProposeError::Unavailable(format!("leader address {addr}: {e}")))?;
+        let ch = channel(addr)
+            .map_err(|e| ProposeError::Unavailable(format!("leader address {addr}: {e}")))?;
         let client = RaftTransportClient::new(ch)
             .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
@@ -178,7 +188,11 @@ impl Node {
         Ok(client)
     }
 
-    async fn forward(&self, leader_addr: &str, command: &Command) -> Result<Response, ProposeError> {
+    async fn forward(
+        &self,
+        leader_addr: &str,
+        command: &Command,
+    ) -> Result<Response, ProposeError> {
         let mut client = self.peer_client(leader_addr)?;
         let payload = serde_json::to_vec(&Request::new(command.clone()))
             .map_err(|e| ProposeError::Fatal(e.to_string()))?;
@@ -217,14 +231,19 @@ impl Node {
         };
         let target = read_log_id.map(|l| l.index).unwrap_or(0);
         let mut applied = self.applied.clone();
-        let caught_up = tokio::time::timeout(Duration::from_secs(5), applied.wait_for(|index| *index >= target))
-            .await
-            .map(|r| r.is_ok())
-            .unwrap_or(false);
+        let caught_up = tokio::time::timeout(
+            Duration::from_secs(5),
+            applied.wait_for(|index| *index >= target),
+        )
+        .await
+        .map(|r| r.is_ok())
+        .unwrap_or(false);
         if caught_up {
             Ok(())
         } else {
-            Err(ProposeError::Unavailable("state machine did not catch up".into()))
+            Err(ProposeError::Unavailable(
+                "state machine did not catch up".into(),
+            ))
         }
     }
 }

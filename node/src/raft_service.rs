@@ -37,31 +37,45 @@ fn reply<T: Serialize, E: Serialize>(result: Result<T, E>) -> Result<Response<Ra
 
 #[tonic::async_trait]
 impl RaftTransport for RaftService {
-    async fn append_entries(&self, request: tonic::Request<RaftMessage>) -> Result<Response<RaftReply>, Status> {
+    async fn append_entries(
+        &self,
+        request: tonic::Request<RaftMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
         let req = decode(request.get_ref())?;
         reply(self.node.raft.append_entries(req).await)
     }
 
-    async fn vote(&self, request: tonic::Request<RaftMessage>) -> Result<Response<RaftReply>, Status> {
+    async fn vote(
+        &self,
+        request: tonic::Request<RaftMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
         let req = decode(request.get_ref())?;
         reply(self.node.raft.vote(req).await)
     }
 
-    async fn install_snapshot(&self, request: tonic::Request<RaftMessage>) -> Result<Response<RaftReply>, Status> {
+    async fn install_snapshot(
+        &self,
+        request: tonic::Request<RaftMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
         let req = decode(request.get_ref())?;
         reply(self.node.raft.install_snapshot(req).await)
     }
 
-    async fn forward(&self, request: tonic::Request<RaftMessage>) -> Result<Response<RaftReply>, Status> {
+    async fn forward(
+        &self,
+        request: tonic::Request<RaftMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
         let req: Request = decode(request.get_ref())?;
         // Only the leader proposes forwarded commands; a node that lost
         // leadership meanwhile says so and the caller retries.
         match self.node.propose_local(req.command).await {
             Ok(response) => reply::<_, ()>(Ok(response)),
-            Err(ProposeError::NotLeader { leader_addr }) => Err(Status::failed_precondition(format!(
-                "not leader; leader is {}",
-                leader_addr.unwrap_or_else(|| "unknown".into())
-            ))),
+            Err(ProposeError::NotLeader { leader_addr }) => {
+                Err(Status::failed_precondition(format!(
+                    "not leader; leader is {}",
+                    leader_addr.unwrap_or_else(|| "unknown".into())
+                )))
+            }
             Err(e) => Err(e.into()),
         }
     }

@@ -63,7 +63,8 @@ fn raft_config(config: &NodeConfig) -> Result<Config, ServerError> {
         max_in_snapshot_log_to_keep: t.log_entries_kept_behind_snapshot,
         ..Default::default()
     };
-    c.validate().map_err(|e| ServerError::RaftConfig(e.to_string()))
+    c.validate()
+        .map_err(|e| ServerError::RaftConfig(e.to_string()))
 }
 
 /// Runs a node until `shutdown` turns true.
@@ -74,9 +75,15 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     })?;
     let store = berth_raft_store::open(&store_path(&config.data_dir))?;
     let raft_cfg = Arc::new(raft_config(&config)?);
-    let raft = Raft::new(config.node_id, raft_cfg, Network, store.log, store.state_machine)
-        .await
-        .map_err(|e| ServerError::Raft(e.to_string()))?;
+    let raft = Raft::new(
+        config.node_id,
+        raft_cfg,
+        Network,
+        store.log,
+        store.state_machine,
+    )
+    .await
+    .map_err(|e| ServerError::Raft(e.to_string()))?;
     let listen = config.listen;
     let node = Arc::new(Node::new(config, raft, store.state, store.applied));
 
@@ -103,7 +110,8 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
 
     let metrics_task = match node.config.metrics_listen {
         Some(addr) => {
-            let handle = crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
+            let handle =
+                crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
             let task = crate::metrics::serve(addr, node.clone(), handle, shutdown.clone());
             Some(tokio::spawn(async move {
                 if let Err(e) = task.await {
@@ -128,7 +136,10 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     }
     match served {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(source)) => Err(ServerError::Serve { addr: listen, source }),
+        Ok(Err(source)) => Err(ServerError::Serve {
+            addr: listen,
+            source,
+        }),
         Err(e) => Err(ServerError::Raft(format!("server task: {e}"))),
     }
 }
@@ -153,7 +164,14 @@ async fn bootstrap(node: &Node) -> Result<(), ServerError> {
         .config
         .members
         .iter()
-        .map(|m| (m.id, BasicNode { addr: m.addr.clone() }))
+        .map(|m| {
+            (
+                m.id,
+                BasicNode {
+                    addr: m.addr.clone(),
+                },
+            )
+        })
         .collect();
     match node.raft.initialize(members).await {
         Ok(()) => tracing::info!("cluster initialised"),

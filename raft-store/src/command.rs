@@ -113,12 +113,24 @@ impl Command {
 pub enum Response {
     /// Blank and membership entries.
     None,
-    Submitted { job_id: JobId, duplicate: bool },
-    Cancelled { previous_state: JobState },
+    Submitted {
+        job_id: JobId,
+        duplicate: bool,
+    },
+    Cancelled {
+        previous_state: JobState,
+    },
     HostRegistered,
-    PlanApplied { started: u32, dropped: u32 },
+    PlanApplied {
+        started: u32,
+        dropped: u32,
+    },
     /// A report about an allocation; `accepted` is false when it is stale.
-    Report { accepted: bool },
+    Report {
+        accepted: bool,
+    },
     /// The command was refused and changed nothing.
-    Rejected { reason: String },
+    Rejected {
+        reason: String,
+    },
 }

@@ -56,9 +56,27 @@ fn place(state: &mut SmState, job_id: JobId, host: &str, cpus: u32) -> Response 
 #[test]
 fn ids_are_sequential_and_submits_idempotent() {
     let mut s = SmState::default();
-    assert_eq!(submit(&mut s, "a", 1), Response::Submitted { job_id: 1, duplicate: false });
-    assert_eq!(submit(&mut s, "b", 1), Response::Submitted { job_id: 2, duplicate: false });
-    assert_eq!(submit(&mut s, "a", 1), Response::Submitted { job_id: 1, duplicate: true });
+    assert_eq!(
+        submit(&mut s, "a", 1),
+        Response::Submitted {
+            job_id: 1,
+            duplicate: false
+        }
+    );
+    assert_eq!(
+        submit(&mut s, "b", 1),
+        Response::Submitted {
+            job_id: 2,
+            duplicate: false
+        }
+    );
+    assert_eq!(
+        submit(&mut s, "a", 1),
+        Response::Submitted {
+            job_id: 1,
+            duplicate: true
+        }
+    );
     assert_eq!(s.data.counters.next_job_id, 3);
 }
 
@@ -86,12 +104,36 @@ fn plan_is_rechecked_against_current_state() {
     register(&mut s, "h1", 4);
     submit(&mut s, "a", 3);
     submit(&mut s, "b", 3);
-    assert_eq!(place(&mut s, 1, "h1", 3), Response::PlanApplied { started: 1, dropped: 0 });
+    assert_eq!(
+        place(&mut s, 1, "h1", 3),
+        Response::PlanApplied {
+            started: 1,
+            dropped: 0
+        }
+    );
     // A second plan computed from a stale snapshot must not overcommit h1.
-    assert_eq!(place(&mut s, 2, "h1", 3), Response::PlanApplied { started: 0, dropped: 1 });
+    assert_eq!(
+        place(&mut s, 2, "h1", 3),
+        Response::PlanApplied {
+            started: 0,
+            dropped: 1
+        }
+    );
     // Nor start a job twice, nor place on an unknown host.
-    assert_eq!(place(&mut s, 1, "h1", 1), Response::PlanApplied { started: 0, dropped: 1 });
-    assert_eq!(place(&mut s, 2, "nope", 3), Response::PlanApplied { started: 0, dropped: 1 });
+    assert_eq!(
+        place(&mut s, 1, "h1", 1),
+        Response::PlanApplied {
+            started: 0,
+            dropped: 1
+        }
+    );
+    assert_eq!(
+        place(&mut s, 2, "nope", 3),
+        Response::PlanApplied {
+            started: 0,
+            dropped: 1
+        }
+    );
     assert_eq!(s.data.hosts["h1"].allocated.cpus, 3);
 }
 
@@ -101,7 +143,11 @@ fn exit_frees_resources_and_stale_reports_are_refused() {
     register(&mut s, "h1", 4);
     submit(&mut s, "a", 4);
     place(&mut s, 1, "h1", 4);
-    let alloc_id = s.job(1).and_then(|r| r.job.alloc.clone()).map(|a| a.alloc_id).unwrap_or(0);
+    let alloc_id = s
+        .job(1)
+        .and_then(|r| r.job.alloc.clone())
+        .map(|a| a.alloc_id)
+        .unwrap_or(0);
     let mut dirty = Dirty::default();
     let stale = Command::JobExited {
         job_id: 1,
@@ -112,7 +158,10 @@ fn exit_frees_resources_and_stale_reports_are_refused() {
         launch_error: String::new(),
         now_ms: 3_000,
     };
-    assert_eq!(s.apply(&stale, &mut dirty), Response::Report { accepted: false });
+    assert_eq!(
+        s.apply(&stale, &mut dirty),
+        Response::Report { accepted: false }
+    );
     let real = Command::JobExited {
         job_id: 1,
         alloc_id,
@@ -122,9 +171,18 @@ fn exit_frees_resources_and_stale_reports_are_refused() {
         launch_error: String::new(),
         now_ms: 3_000,
     };
-    assert_eq!(s.apply(&real, &mut dirty), Response::Report { accepted: true });
-    assert_eq!(s.apply(&real, &mut dirty), Response::Report { accepted: true });
-    let job = &s.job(1).map(|r| r.job.clone()).unwrap_or_else(|| panic!("job 1"));
+    assert_eq!(
+        s.apply(&real, &mut dirty),
+        Response::Report { accepted: true }
+    );
+    assert_eq!(
+        s.apply(&real, &mut dirty),
+        Response::Report { accepted: true }
+    );
+    let job = &s
+        .job(1)
+        .map(|r| r.job.clone())
+        .unwrap_or_else(|| panic!("job 1"));
     assert_eq!(job.state, JobState::Failed);
     assert_eq!(job.exit_code, 2);
     assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
@@ -139,10 +197,25 @@ fn cancel_running_job_leaves_assignment_set_then_ends_cancelled() {
     place(&mut s, 1, "h1", 1);
     assert_eq!(s.assignments_for("h1").len(), 1);
     let mut dirty = Dirty::default();
-    let r = s.apply(&Command::CancelJob { job_id: 1, now_ms: 5 }, &mut dirty);
-    assert_eq!(r, Response::Cancelled { previous_state: JobState::Running });
+    let r = s.apply(
+        &Command::CancelJob {
+            job_id: 1,
+            now_ms: 5,
+        },
+        &mut dirty,
+    );
+    assert_eq!(
+        r,
+        Response::Cancelled {
+            previous_state: JobState::Running
+        }
+    );
     assert!(s.assignments_for("h1").is_empty());
-    let alloc_id = s.job(1).and_then(|r| r.job.alloc.clone()).map(|a| a.alloc_id).unwrap_or(0);
+    let alloc_id = s
+        .job(1)
+        .and_then(|r| r.job.alloc.clone())
+        .map(|a| a.alloc_id)
+        .unwrap_or(0);
     s.apply(
         &Command::JobExited {
             job_id: 1,
@@ -156,7 +229,13 @@ fn cancel_running_job_leaves_assignment_set_then_ends_cancelled() {
         &mut dirty,
     );
     assert_eq!(s.job(1).map(|r| r.job.state), Some(JobState::Cancelled));
-    let again = s.apply(&Command::CancelJob { job_id: 1, now_ms: 7 }, &mut dirty);
+    let again = s.apply(
+        &Command::CancelJob {
+            job_id: 1,
+            now_ms: 7,
+        },
+        &mut dirty,
+    );
     assert!(matches!(again, Response::Rejected { .. }));
 }
 
@@ -193,13 +272,21 @@ fn restarted_agent_loses_allocations_it_does_not_run() {
     submit(&mut s, "b", 1);
     place(&mut s, 1, "h1", 1);
     place(&mut s, 2, "h1", 1);
-    let alloc_of = |s: &SmState, id| s.job(id).and_then(|r| r.job.alloc.clone()).map(|a| a.alloc_id).unwrap_or(0);
+    let alloc_of = |s: &SmState, id| {
+        s.job(id)
+            .and_then(|r| r.job.alloc.clone())
+            .map(|a| a.alloc_id)
+            .unwrap_or(0)
+    };
     let kept = alloc_of(&s, 2);
     let mut dirty = Dirty::default();
     s.apply(
         &Command::RegisterHost {
             name: "h1".into(),
-            inventory: Inventory { cpus: 4, mem_mb: 4096 },
+            inventory: Inventory {
+                cpus: 4,
+                mem_mb: 4096,
+            },
             agent_restarted: true,
             running_allocs: vec![kept],
             now_ms: 9,
