@@ -80,6 +80,9 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
     let mut was_leader = false;
     let policy = Policy {
         max_jobs_per_pass: node.config.scheduler.max_jobs_per_pass,
+        // Strict FIFO live until time limits are enforced by the leader:
+        // backfill promises rest on jobs ending by their limit.
+        backfill: false,
         ..Policy::default()
     };
     loop {

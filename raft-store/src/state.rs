@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 
 use berth_scheduler::{
     fits, Allocation, Host, HostState, Inventory, Job, JobId, JobSpec, JobState, PendingJob,
-    Placement, Resources, Snapshot,
+    Placement, Resources, RunningJob, Snapshot,
 };
 use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
@@ -204,9 +204,35 @@ impl SmState {
                 id: r.job.id,
                 request: r.job.spec.per_host(),
                 held: r.job.spec.hold,
+                // The live system places single-host, shared jobs for now.
+                nodes: 1,
+                exclusive: false,
+                time_limit_s: r.job.spec.time_limit_s,
+                submit_ms: r.job.submit_ms,
             })
             .collect();
-        Snapshot { hosts, pending }
+        // Backfill needs to know when running work frees its room: start +
+        // time limit (none without a limit).
+        let running = self
+            .running
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id))
+            .filter_map(|r| {
+                let alloc = r.job.alloc.as_ref()?;
+                let limit_ms = r.job.spec.time_limit_s.saturating_mul(1000);
+                Some(RunningJob {
+                    id: r.job.id,
+                    hosts: vec![alloc.host.clone()],
+                    per_host: alloc.resources,
+                    end_ms: (limit_ms > 0).then(|| alloc.start_ms.saturating_add(limit_ms)),
+                })
+            })
+            .collect();
+        Snapshot {
+            hosts,
+            pending,
+            running,
+        }
     }
 
     /// Applies one command. Deterministic: same state and command, same
@@ -264,7 +290,13 @@ impl SmState {
         }
     }
 
-    fn submit(&mut self, request_id: &str, spec: &JobSpec, now_ms: u64, dirty: &mut Dirty) -> Response {
+    fn submit(
+        &mut self,
+        request_id: &str,
+        spec: &JobSpec,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
         if let Some(job_id) = self.data.request_ids.get(request_id) {
             return Response::Submitted {
                 job_id: *job_id,
@@ -313,7 +345,8 @@ impl SmState {
 
     fn remember_request_id(&mut self, request_id: &str, job_id: JobId, dirty: &mut Dirty) {
         self.data.request_ids.insert(request_id.to_string(), job_id);
-        self.request_id_of_job.insert(job_id, request_id.to_string());
+        self.request_id_of_job
+            .insert(job_id, request_id.to_string());
         dirty.request_ids_put.insert(request_id.to_string(), job_id);
         dirty.request_ids_deleted.remove(request_id);
         // Forget the request ids of jobs that fell out of the window.
@@ -347,7 +380,11 @@ impl SmState {
             JobState::Running => {
                 if !record.job.cancel_requested {
                     record.job.cancel_requested = true;
-                    record.push_event(now_ms, "cancel-requested", "Cancel requested; stopping".into());
+                    record.push_event(
+                        now_ms,
+                        "cancel-requested",
+                        "Cancel requested; stopping".into(),
+                    );
                 }
             }
             done => {
@@ -360,13 +397,24 @@ impl SmState {
         Response::Cancelled { previous_state }
     }
 
-    fn register_host(&mut self, name: &str, inventory: &Inventory, now_ms: u64, dirty: &mut Dirty) -> Response {
+    fn register_host(
+        &mut self,
+        name: &str,
+        inventory: &Inventory,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
         if name.is_empty() {
             return Response::Rejected {
                 reason: "host name is empty".into(),
             };
         }
-        let allocated = self.data.hosts.get(name).map(|h| h.allocated).unwrap_or_default();
+        let allocated = self
+            .data
+            .hosts
+            .get(name)
+            .map(|h| h.allocated)
+            .unwrap_or_default();
         self.data.hosts.insert(
             name.to_string(),
             HostRecord {
@@ -383,7 +431,13 @@ impl SmState {
     /// Ends as NODE_FAIL every job running on `host` whose allocation its
     /// restarted agent does not run: the process is gone, and launching it
     /// again could run the job twice.
-    fn end_lost_allocations(&mut self, host: &str, running_allocs: &[u64], now_ms: u64, dirty: &mut Dirty) {
+    fn end_lost_allocations(
+        &mut self,
+        host: &str,
+        running_allocs: &[u64],
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) {
         let lost: Vec<JobId> = self
             .running
             .iter()
@@ -400,13 +454,20 @@ impl SmState {
             let Some(record) = self.data.jobs.get_mut(&job_id) else {
                 continue;
             };
-            let resources = record.job.alloc.as_ref().map(|a| a.resources).unwrap_or_default();
+            let resources = record
+                .job
+                .alloc
+                .as_ref()
+                .map(|a| a.resources)
+                .unwrap_or_default();
             record.job.state = JobState::NodeFail;
             record.job.end_ms = now_ms;
             record.push_event(
                 now_ms,
                 "node-fail",
-                format!("NODE_FAIL: the agent on {host} restarted and no longer runs this allocation"),
+                format!(
+                    "NODE_FAIL: the agent on {host} restarted and no longer runs this allocation"
+                ),
             );
             self.running.remove(&job_id);
             if let Some(h) = self.data.hosts.get_mut(host) {
@@ -416,7 +477,13 @@ impl SmState {
         }
     }
 
-    fn apply_plan(&mut self, snapshot_index: u64, starts: &[Placement], now_ms: u64, dirty: &mut Dirty) -> Response {
+    fn apply_plan(
+        &mut self,
+        snapshot_index: u64,
+        starts: &[Placement],
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
         let mut started = 0u32;
         let mut dropped = 0u32;
         for placement in starts {
@@ -427,7 +494,11 @@ impl SmState {
             }
         }
         if dropped > 0 {
-            tracing::debug!(snapshot_index, dropped, "plan placements no longer valid were dropped");
+            tracing::debug!(
+                snapshot_index,
+                dropped,
+                "plan placements no longer valid were dropped"
+            );
         }
         Response::PlanApplied { started, dropped }
     }
@@ -484,14 +555,29 @@ impl SmState {
 
     /// The record of `job_id` if `alloc_id` on `host` is its current
     /// allocation.
-    fn current_alloc_mut(&mut self, job_id: JobId, alloc_id: u64, host: &str) -> Option<&mut JobRecord> {
-        self.data
-            .jobs
-            .get_mut(&job_id)
-            .filter(|r| r.job.alloc.as_ref().is_some_and(|a| a.alloc_id == alloc_id && a.host == host))
+    fn current_alloc_mut(
+        &mut self,
+        job_id: JobId,
+        alloc_id: u64,
+        host: &str,
+    ) -> Option<&mut JobRecord> {
+        self.data.jobs.get_mut(&job_id).filter(|r| {
+            r.job
+                .alloc
+                .as_ref()
+                .is_some_and(|a| a.alloc_id == alloc_id && a.host == host)
+        })
     }
 
-    fn job_started(&mut self, job_id: JobId, alloc_id: u64, host: &str, pid: i32, now_ms: u64, dirty: &mut Dirty) -> Response {
+    fn job_started(
+        &mut self,
+        job_id: JobId,
+        alloc_id: u64,
+        host: &str,
+        pid: i32,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
         let Some(record) = self.current_alloc_mut(job_id, alloc_id, host) else {
             return Response::Report { accepted: false };
         };
@@ -538,8 +624,17 @@ impl SmState {
         } else {
             format!("exit code {exit_code}")
         };
-        record.push_event(now_ms, "ended", format!("{} on {host}: {how}", final_state.slurm_name()));
-        let resources = record.job.alloc.as_ref().map(|a| a.resources).unwrap_or_default();
+        record.push_event(
+            now_ms,
+            "ended",
+            format!("{} on {host}: {how}", final_state.slurm_name()),
+        );
+        let resources = record
+            .job
+            .alloc
+            .as_ref()
+            .map(|a| a.resources)
+            .unwrap_or_default();
         self.running.remove(&job_id);
         if let Some(h) = self.data.hosts.get_mut(host) {
             h.allocated = h.allocated.saturating_sub(resources);
@@ -558,13 +653,17 @@ pub fn validate_submit(request_id: &str, spec: &JobSpec) -> Result<(), String> {
         return Err("request_id is required (any unique string per submit)".into());
     }
     if request_id.len() > REQUEST_ID_BYTES_MAX {
-        return Err(format!("request_id is longer than {REQUEST_ID_BYTES_MAX} bytes"));
+        return Err(format!(
+            "request_id is longer than {REQUEST_ID_BYTES_MAX} bytes"
+        ));
     }
     if spec.command.trim().is_empty() {
         return Err("the job has no command".into());
     }
     if spec.command.len() > COMMAND_BYTES_MAX {
-        return Err(format!("the job's command is longer than {COMMAND_BYTES_MAX} bytes"));
+        return Err(format!(
+            "the job's command is longer than {COMMAND_BYTES_MAX} bytes"
+        ));
     }
     if spec.nodes > 1 {
         return Err(format!(

@@ -10,8 +10,16 @@ use crate::model::{Host, HostState, Resources};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lack {
     NotUp(HostState),
-    Cpus { needed: u32, free: u32, total: u32 },
-    Memory { needed_mb: u64, free_mb: u64, total_mb: u64 },
+    Cpus {
+        needed: u32,
+        free: u32,
+        total: u32,
+    },
+    Memory {
+        needed_mb: u64,
+        free_mb: u64,
+        total_mb: u64,
+    },
 }
 
 impl Lack {
@@ -99,12 +107,28 @@ mod tests {
 
     #[test]
     fn fits_when_free() {
-        assert_eq!(fits(&host(4, 1024, 2), Resources { cpus: 2, mem_mb: 1024 }), Ok(()));
+        assert_eq!(
+            fits(
+                &host(4, 1024, 2),
+                Resources {
+                    cpus: 2,
+                    mem_mb: 1024
+                }
+            ),
+            Ok(())
+        );
     }
 
     #[test]
     fn names_every_lacking_dimension() {
-        let lacks = fits(&host(4, 1024, 3), Resources { cpus: 2, mem_mb: 2048 }).unwrap_err();
+        let lacks = fits(
+            &host(4, 1024, 3),
+            Resources {
+                cpus: 2,
+                mem_mb: 2048,
+            },
+        )
+        .unwrap_err();
         assert_eq!(lacks.len(), 2);
         assert_eq!(lacks[0].to_string(), "cpus: needs 2, 1 free of 4");
         assert!(lacks[0].is_transient());

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// never reused (invariant 4).
 pub type JobId = u64;
 
-/// CPUs and memory: the quantities the foundation's FIFO pass places.
+/// CPUs and memory: the quantities the pass places.
 /// GPUs and emulator units join here with the scheduler-core issue.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resources {
@@ -34,6 +34,14 @@ impl Resources {
     /// True when every component of `self` is at most that of `other`.
     pub fn within(self, other: Resources) -> bool {
         self.cpus <= other.cpus && self.mem_mb <= other.mem_mb
+    }
+
+    /// The smaller of each component: what is free throughout two spans.
+    pub fn component_min(self, other: Resources) -> Resources {
+        Resources {
+            cpus: self.cpus.min(other.cpus),
+            mem_mb: self.mem_mb.min(other.mem_mb),
+        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod ids;
 pub mod job;
 pub mod output;
 pub mod queue;
+pub mod sim;
 pub mod submit;
 
 use clap::{Args, Parser, Subcommand};
@@ -91,6 +92,9 @@ pub enum Command {
     /// Cluster membership and health
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
+    /// Simulate the scheduler: scenarios, trace replay, pass benchmark
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
 }
 
 /// `sbatch`: berth submit under Slurm's name.
@@ -180,6 +184,7 @@ pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode>
         Command::Job(args) => job::run(&global, args).await,
         Command::Explain(args) => explain::run(&global, args).await,
         Command::Cluster(command) => cluster::run(&global, command).await,
+        Command::Sim(command) => sim::run(command),
     }
 }
 

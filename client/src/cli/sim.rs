@@ -1,0 +1,162 @@
+//! `berth sim`: the simulator (SIM.md). The scheduling and the simulation
+//! are `berth_scheduler::sim`, pure; this module reads the files (and
+//! un-gzips traces) and measures wall time, which the library may not.
+
+use super::output;
+use anyhow::{bail, Context as _, Result};
+use berth_scheduler::sim::bench::{bench_snapshot, BenchReport, BENCH_NOW_MS};
+use berth_scheduler::sim::run_scenario;
+use berth_scheduler::sim::swf::{run_swf, summary_line, SwfOptions};
+use berth_scheduler::{schedule, Policy};
+use clap::{Args, Subcommand, ValueEnum};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Most passes `bench-pass` runs: enough for a stable median.
+pub const BENCH_PASSES_MAX: usize = 10_000;
+
+#[derive(Subcommand, Debug)]
+pub enum SimCommand {
+    /// Run a scenario file and print its events as JSON lines
+    Run(RunArgs),
+    /// Replay a Standard Workload Format trace and print one summary line
+    Swf(SwfArgs),
+    /// Time full scheduling passes on a seeded cluster state
+    BenchPass(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Scenario file (TOML)
+    #[arg(long, value_name = "FILE.toml")]
+    pub scenario: PathBuf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SwfPolicy {
+    /// First come, first served: no backfill
+    Fcfs,
+    /// EASY backfill
+    Easy,
+}
+
+#[derive(Args, Debug)]
+pub struct SwfArgs {
+    /// Trace file, plain or gzip-compressed (.swf or .swf.gz)
+    #[arg(long, value_name = "FILE.swf[.gz]")]
+    pub trace: PathBuf,
+    /// CPUs per host
+    #[arg(long, value_name = "C")]
+    pub cpus_per_node: u32,
+    /// Hosts [default: the header's MaxProcs / C]
+    #[arg(long, value_name = "N")]
+    pub hosts: Option<u32>,
+    #[arg(long, value_enum, default_value = "easy")]
+    pub policy: SwfPolicy,
+    /// Replay only the first K jobs
+    #[arg(long, value_name = "K")]
+    pub max_jobs: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Pending jobs
+    #[arg(long, value_name = "N")]
+    pub pending: usize,
+    /// Hosts
+    #[arg(long, value_name = "M")]
+    pub hosts: usize,
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    #[arg(long, value_name = "P", default_value_t = 10)]
+    pub passes: usize,
+}
+
+pub fn run(command: SimCommand) -> Result<ExitCode> {
+    match command {
+        SimCommand::Run(args) => {
+            let text = read_text(&args.scenario)?;
+            let lines = run_scenario(&text, &args.scenario.display().to_string())?;
+            output::emit(&lines)?;
+        }
+        SimCommand::Swf(args) => {
+            let text = read_text(&args.trace)?;
+            let options = SwfOptions {
+                cpus_per_node: args.cpus_per_node,
+                hosts: args.hosts,
+                backfill: args.policy == SwfPolicy::Easy,
+                max_jobs: args.max_jobs,
+            };
+            let started = Instant::now();
+            let replay = run_swf(&text, &args.trace.display().to_string(), &options)?;
+            let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            output::emit(&format!("{}\n", summary_line(&replay, wall_ms)?))?;
+        }
+        SimCommand::BenchPass(args) => {
+            if args.passes == 0 || args.passes > BENCH_PASSES_MAX {
+                bail!(
+                    "--passes: expected 1 to {BENCH_PASSES_MAX}, not {}",
+                    args.passes
+                );
+            }
+            if args.hosts == 0 {
+                bail!("--hosts: expected at least 1");
+            }
+            let snapshot = bench_snapshot(args.pending, args.hosts, args.seed);
+            let policy = Policy::default();
+            let mut pass_ms = Vec::with_capacity(args.passes);
+            let mut started_per_pass = 0;
+            for _ in 0..args.passes {
+                let started = Instant::now();
+                let plan = schedule(&snapshot, &policy, BENCH_NOW_MS);
+                pass_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                started_per_pass = plan.starts.len() + plan.gang_starts.len();
+            }
+            let report = BenchReport::new(args.pending, args.hosts, &pass_ms, started_per_pass);
+            output::emit(&format!("{}\n", serde_json::to_string(&report)?))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The file's text; gzip (by its magic bytes) is decompressed first.
+fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    decode(&bytes).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn decode(bytes: &[u8]) -> Result<String> {
+    const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+    let raw = if bytes.starts_with(&GZIP_MAGIC) {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .context("not valid gzip")?;
+        out
+    } else {
+        bytes.to_vec()
+    };
+    String::from_utf8(raw)
+        .map_err(|e| anyhow::anyhow!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn gzip_and_plain_text_read_the_same() {
+        let text = "; MaxProcs: 4\n1 0 -1 100 4 -1 -1 4 100 -1 1 1 1 -1 1 1 -1 -1\n";
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(text.as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let packed = gz.finish().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(decode(&packed).ok().as_deref(), Some(text));
+        assert_eq!(decode(text.as_bytes()).ok().as_deref(), Some(text));
+        assert!(decode(&[0x1f, 0x8b, 0, 1, 2]).is_err());
+        assert!(decode(&[0xff, 0xfe]).is_err());
+    }
+}

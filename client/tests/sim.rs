@@ -1,0 +1,126 @@
+//! `berth sim` end to end through the binary: files read, gzip decoded,
+//! JSON lines on stdout, bad input refused with the file and key named.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const BERTH: &str = env!("CARGO_BIN_EXE_berth");
+const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scheduler/tests/scenarios");
+const KTH: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../scheduler/tests/data/kth-sp2-first-2000.swf"
+);
+
+fn berth(args: &[&str]) -> Output {
+    Command::new(BERTH)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run berth: {e}"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn run_prints_the_scenario_event_stream() {
+    let scenario = format!("{SCENARIOS}/easy-backfill.toml");
+    let out = berth(&["sim", "run", "--scenario", &scenario]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let expected = std::fs::read_to_string(format!("{SCENARIOS}/easy-backfill.jsonl"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(text(&out.stdout), expected);
+}
+
+#[test]
+fn unsupported_keys_fail_naming_file_and_key() {
+    let scenario = format!("{SCENARIOS}/unsupported/preempt-urgent.toml");
+    let out = berth(&["sim", "run", "--scenario", &scenario]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!("berth: error: {scenario}: qos is not supported by this simulator yet\n")
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn swf_reads_gzip_like_plain_text() {
+    let plain = std::fs::read(KTH).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::env::temp_dir().join(format!("berth-sim-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let gz_path = dir.join("kth.swf.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&plain).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&gz_path, gz.finish().unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let gz_arg = gz_path.display().to_string();
+    let args = |trace: &str| {
+        berth(&[
+            "sim",
+            "swf",
+            "--trace",
+            trace,
+            "--cpus-per-node",
+            "1",
+            "--policy",
+            "easy",
+            "--max-jobs",
+            "300",
+        ])
+    };
+    let (a, b) = (args(KTH), args(&gz_arg));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(a.status.code(), Some(0), "{}", text(&a.stderr));
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b.stderr));
+    // Everything but the measured wall time is the same.
+    let strip = |o: &Output| {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+        assert!(v["sim_wall_ms"].is_u64());
+        v["sim_wall_ms"] = serde_json::Value::Null;
+        v
+    };
+    let summary = strip(&a);
+    assert_eq!(summary, strip(&b));
+    assert_eq!(summary["jobs"], 300);
+}
+
+#[test]
+fn bench_pass_prints_one_line() {
+    let out = berth(&[
+        "sim",
+        "bench-pass",
+        "--pending",
+        "200",
+        "--hosts",
+        "20",
+        "--passes",
+        "3",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        (
+            v["pending"].as_u64(),
+            v["hosts"].as_u64(),
+            v["passes"].as_u64()
+        ),
+        (Some(200), Some(20), Some(3))
+    );
+    assert!(v["started_per_pass"].as_u64().is_some_and(|n| n > 0));
+    let bad = berth(&[
+        "sim",
+        "bench-pass",
+        "--pending",
+        "1",
+        "--hosts",
+        "1",
+        "--passes",
+        "0",
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(text(&bad.stderr).contains("--passes"));
+}

@@ -1,0 +1,144 @@
+//! Scenario files run through the simulator, compared byte for byte with
+//! the event streams worked out by hand (see tests/scenarios/README.md).
+
+use berth_scheduler::sim::run_scenario;
+
+macro_rules! scenario {
+    ($test:ident, $name:literal) => {
+        #[test]
+        fn $test() {
+            let toml = include_str!(concat!("scenarios/", $name, ".toml"));
+            let expected = include_str!(concat!("scenarios/", $name, ".jsonl"));
+            let file = concat!($name, ".toml");
+            let got = run_scenario(toml, file).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(
+                got, expected,
+                "{file}: output differs from the expected stream"
+            );
+            // Deterministic: a second run gives the same bytes.
+            assert_eq!(run_scenario(toml, file).ok(), Some(got));
+        }
+    };
+}
+
+scenario!(
+    easy_backfill_starts_c_in_the_gap_and_d_after_b,
+    "easy-backfill"
+);
+scenario!(
+    fifo_without_backfill_holds_everything_behind_the_head,
+    "fifo-no-backfill"
+);
+scenario!(gangs_start_whole_or_not_at_all, "gang-all-or-nothing");
+scenario!(exclusive_jobs_take_whole_hosts, "exclusive-vs-shared");
+scenario!(
+    jobs_without_a_limit_get_only_room_the_head_does_not_need,
+    "no-time-limit"
+);
+scenario!(
+    one_reservation_lets_the_second_job_be_pushed_back,
+    "bf-reservations-1"
+);
+scenario!(two_reservations_protect_the_second_job, "bf-reservations-2");
+scenario!(cancel_pending_running_and_finished_jobs, "cancel");
+scenario!(impossible_jobs_wait_without_blocking, "impossible");
+scenario!(held_jobs_wait_until_released, "held");
+scenario!(a_job_ending_early_frees_its_host_early, "runtime-shorter");
+scenario!(a_job_past_its_limit_ends_timeout, "timeout");
+scenario!(
+    partition_max_time_is_default_and_ceiling,
+    "partition-limits"
+);
+
+fn error_of(toml: &str) -> String {
+    match run_scenario(toml, "s.toml") {
+        Ok(out) => panic!("expected an error, got output:\n{out}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+const BASE: &str = r#"
+[[hosts]]
+names = "n[1-2]"
+cpus = 4
+
+[[accounts]]
+name = "lab"
+users = ["u1"]
+"#;
+
+#[test]
+fn features_not_implemented_yet_are_refused_by_name() {
+    let idle = include_str!("scenarios/unsupported/idle-fill-borrow-factor.toml");
+    assert_eq!(
+        run_scenario(idle, "idle-fill-borrow-factor.toml")
+            .unwrap_err()
+            .to_string(),
+        "idle-fill-borrow-factor.toml: qos is not supported by this simulator yet"
+    );
+    assert_eq!(
+        error_of(&format!("[scheduler]\nidle_fill_enabled = true\n{BASE}")),
+        "s.toml: scheduler.idle_fill_enabled is not supported by this simulator yet"
+    );
+    let preempt = include_str!("scenarios/unsupported/preempt-urgent.toml");
+    assert_eq!(
+        run_scenario(preempt, "preempt-urgent.toml")
+            .unwrap_err()
+            .to_string(),
+        "preempt-urgent.toml: qos is not supported by this simulator yet"
+    );
+    let gpus = format!("{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ngpus = 2\n");
+    assert_eq!(
+        error_of(&gpus),
+        "s.toml: jobs[0] (id \"a\").gpus is not supported by this simulator yet"
+    );
+    let dep = format!(
+        "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ndependency = \"afterok:b\"\n"
+    );
+    assert!(error_of(&dep).ends_with("dependency is not supported by this simulator yet"));
+    let ev = format!("{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\n[[events]]\nat_s = 1\naction = \"host_down\"\njob = \"a\"\n");
+    assert_eq!(
+        error_of(&ev),
+        "s.toml: events[0].action = \"host_down\" is not supported by this simulator yet"
+    );
+    // The value that means "off" is accepted: nothing is being ignored.
+    let off = format!("[scheduler]\npreemption_enabled = false\n{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ngpus = 0\n");
+    assert!(run_scenario(&off, "s.toml").is_ok());
+}
+
+#[test]
+fn unknown_keys_and_bad_values_name_file_key_and_expectation() {
+    assert_eq!(
+        error_of(&format!("colour = 1\n{BASE}")),
+        "s.toml: unknown key colour"
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ncpu = 2\n"
+        )),
+        "s.toml: unknown key jobs[0] (id \"a\").cpu"
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = -5\nuser = \"u1\"\n"
+        )),
+        "s.toml: jobs[0] (id \"a\").at_s: expected a whole number >= 0"
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"zed\"\n"
+        )),
+        "s.toml: jobs[0] (id \"a\").user: expected a user named in [[accounts]], not \"zed\""
+    );
+    assert_eq!(
+        error_of("[[hosts]]\nnames = \"n[3-1]\"\ncpus = 4\n"),
+        "s.toml: hosts[0].names: expected a range of numbers such as 1-4 or 01-16 in \"n[3-1]\", not \"3-1\""
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[events]]\nat_s = 1\naction = \"cancel\"\njob = \"nobody\"\n"
+        )),
+        "s.toml: events[0].job: expected the id of a [[jobs]] entry, not \"nobody\""
+    );
+    assert!(error_of("until_s = [").starts_with("s.toml: not valid TOML: "));
+}
