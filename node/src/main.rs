@@ -1,5 +1,8 @@
 //! berthd: run one Berth controller node (`--config FILE`), or a whole
-//! local cluster for trying Berth out (`berthd dev`).
+//! local cluster for trying Berth out (`berthd dev`), or look after a
+//! node's store (`berthd store check DIR`).
+
+mod store_check;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,17 +28,49 @@ enum Cmd {
     /// Start a local cluster on loopback: 3 nodes and 2 agents as child
     /// processes. Ctrl-C stops everything it started.
     Dev(DevArgs),
+    /// Look after a node's store on disk.
+    #[command(subcommand)]
+    Store(StoreCmd),
+}
+
+#[derive(Subcommand)]
+enum StoreCmd {
+    /// Verify a store read-only (format, log, vote, state tables, indexes,
+    /// counters, snapshot) and print what it holds. Safe beside a running
+    /// node. Exits non-zero when something is wrong.
+    Check {
+        /// The node's data_dir, or the `raft` store folder inside it.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // Store commands need no runtime and must not start one that could
+    // touch the store.
+    if let Some(Cmd::Store(StoreCmd::Check { dir })) = &cli.command {
+        return match store_check::run(dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("berthd: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("berthd: error: cannot start the runtime: {e}");
@@ -45,8 +80,11 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match (cli.command, cli.config) {
             (Some(Cmd::Dev(args)), _) => dev::run(args).await,
+            (Some(Cmd::Store(StoreCmd::Check { dir })), _) => store_check::run(&dir),
             (None, Some(path)) => run_node(path).await,
-            (None, None) => Err(anyhow::anyhow!("give --config FILE to run a node, or `berthd dev`")),
+            (None, None) => Err(anyhow::anyhow!(
+                "give --config FILE to run a node, or `berthd dev`"
+            )),
         }
     });
     match result {

@@ -10,6 +10,22 @@ pub enum StoreError {
         #[source]
         source: rocksdb::Error,
     },
+    #[error("cannot create a Berth store at {path}: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{path} holds a RocksDB without Berth's column families: another program's \
+         database, or a Berth store whose MANIFEST is damaged; point data_dir elsewhere, \
+         or restore this node from its peers"
+    )]
+    ForeignRocksDb { path: PathBuf },
+    #[error("{path} is not a directory; point data_dir at a directory")]
+    NotADirectory { path: PathBuf },
+    #[error("there is no Berth store at {path} (no RocksDB CURRENT file)")]
+    Missing { path: PathBuf },
     #[error(
         "{path} is not a Berth data directory (it holds files but no Berth store); \
          point data_dir at an empty or Berth-owned directory"

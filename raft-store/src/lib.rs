@@ -4,6 +4,7 @@
 //! - [`command`]: what can be proposed (`Request`, versioned) and answered.
 //! - [`state`]: the in-memory scheduler state and its deterministic `apply`.
 //! - [`store`]: the RocksDB layout, log storage and state-machine storage.
+//! - [`check`]: read-only verification of a store (`berthd store check`).
 //!
 //! Durability (invariant 4): every log append, vote and state-machine batch
 //! is written with a synced WAL before openraft is told it is durable.
@@ -11,11 +12,13 @@
 // openraft's error types are large by design; its own crates allow this.
 #![allow(clippy::result_large_err)]
 
+pub mod check;
 pub mod command;
 pub mod error;
 pub mod state;
 pub mod store;
 
+pub use check::{check, CheckReport};
 pub use command::{Command, Request, Response, COMMAND_VERSION};
 pub use error::StoreError;
 pub use state::{HostRecord, JobEvent, JobRecord, SharedState, SmState};

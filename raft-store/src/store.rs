@@ -5,7 +5,8 @@
 //!   format version;
 //! - `logs`: Raft log entries keyed by big-endian index;
 //! - `sm_meta`: state-machine metadata (last applied, membership, id
-//!   counters) and the current snapshot;
+//!   counters) and the current snapshot (its metadata and its bytes under
+//!   two keys, written in one batch);
 //! - `sm_jobs`, `sm_hosts`, `sm_requests`: the state machine's tables.
 //!
 //! Every write that openraft relies on for durability is a `WriteBatch`
@@ -18,14 +19,16 @@ use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
     BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
     SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
 };
-use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use rocksdb::{
+    ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
+};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -36,25 +39,44 @@ use crate::state::{Counters, Dirty, SharedState, SmData, SmState};
 use crate::{NodeId, TypeConfig};
 
 /// Version of the on-disk layout. A store written with a higher version is
-/// refused at open.
-pub const FORMAT_VERSION: u32 = 1;
+/// refused at open; a lower one is migrated at open.
+///
+/// - 1: the current snapshot as one JSON value under `sm_meta/snapshot`
+///   (its bytes as a JSON array of numbers).
+/// - 2: the snapshot's metadata under `sm_meta/snapshot_meta` and its raw
+///   bytes under `sm_meta/snapshot_data`, so a large snapshot is stored as
+///   is instead of inflated about fourfold.
+pub const FORMAT_VERSION: u32 = 2;
 
-const CF_META: &str = "meta";
-const CF_LOGS: &str = "logs";
-const CF_SM_META: &str = "sm_meta";
-const CF_SM_JOBS: &str = "sm_jobs";
-const CF_SM_HOSTS: &str = "sm_hosts";
-const CF_SM_REQUESTS: &str = "sm_requests";
-const ALL_CFS: [&str; 6] = [CF_META, CF_LOGS, CF_SM_META, CF_SM_JOBS, CF_SM_HOSTS, CF_SM_REQUESTS];
+pub(crate) const CF_META: &str = "meta";
+pub(crate) const CF_LOGS: &str = "logs";
+pub(crate) const CF_SM_META: &str = "sm_meta";
+pub(crate) const CF_SM_JOBS: &str = "sm_jobs";
+pub(crate) const CF_SM_HOSTS: &str = "sm_hosts";
+pub(crate) const CF_SM_REQUESTS: &str = "sm_requests";
+pub(crate) const ALL_CFS: [&str; 6] = [
+    CF_META,
+    CF_LOGS,
+    CF_SM_META,
+    CF_SM_JOBS,
+    CF_SM_HOSTS,
+    CF_SM_REQUESTS,
+];
+/// RocksDB's own column family, present in every RocksDB; Berth keeps
+/// nothing in it.
+const CF_DEFAULT: &str = "default";
 
-const KEY_FORMAT: &[u8] = b"format_version";
-const KEY_VOTE: &[u8] = b"vote";
-const KEY_COMMITTED: &[u8] = b"committed";
-const KEY_LAST_PURGED: &[u8] = b"last_purged";
-const KEY_LAST_APPLIED: &[u8] = b"last_applied";
-const KEY_MEMBERSHIP: &[u8] = b"membership";
-const KEY_COUNTERS: &[u8] = b"counters";
-const KEY_SNAPSHOT: &[u8] = b"snapshot";
+pub(crate) const KEY_FORMAT: &[u8] = b"format_version";
+pub(crate) const KEY_VOTE: &[u8] = b"vote";
+pub(crate) const KEY_COMMITTED: &[u8] = b"committed";
+pub(crate) const KEY_LAST_PURGED: &[u8] = b"last_purged";
+pub(crate) const KEY_LAST_APPLIED: &[u8] = b"last_applied";
+pub(crate) const KEY_MEMBERSHIP: &[u8] = b"membership";
+pub(crate) const KEY_COUNTERS: &[u8] = b"counters";
+/// Format 1's snapshot key; migrated away at open.
+const KEY_SNAPSHOT_V1: &[u8] = b"snapshot";
+pub(crate) const KEY_SNAPSHOT_META: &[u8] = b"snapshot_meta";
+pub(crate) const KEY_SNAPSHOT_DATA: &[u8] = b"snapshot_data";
 
 /// Exclusive upper bound of every state-machine key: job keys are 8-byte
 /// big-endian ids and 0xFF never occurs in UTF-8 strings, so
@@ -74,21 +96,38 @@ pub struct StoreHandles {
 }
 
 /// Opens (or creates) the store under `path`.
+///
+/// Refuses, without changing anything, a path that is a file, a directory
+/// that holds something other than a Berth store, a store written by a
+/// newer format, and a store that is damaged (RocksDB's own files, a
+/// missing column family or format version, metadata that does not
+/// decode).
 pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
-    let existed = path.join("CURRENT").exists();
-    if !existed && path.is_dir() && std::fs::read_dir(path).map(|mut d| d.next().is_some()).unwrap_or(false) {
-        return Err(StoreError::Foreign { path: path.to_path_buf() });
+    if path.exists() && !path.is_dir() {
+        return Err(StoreError::NotADirectory {
+            path: path.to_path_buf(),
+        });
     }
-    let mut opts = Options::default();
-    opts.create_if_missing(true);
-    opts.create_missing_column_families(true);
-    let cfs = ALL_CFS.iter().map(|name| ColumnFamilyDescriptor::new(*name, Options::default()));
-    let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|source| StoreError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    if !path.join("CURRENT").exists() {
+        if dir_has_entries(path) {
+            return Err(StoreError::Foreign {
+                path: path.to_path_buf(),
+            });
+        }
+        create(path)?;
+    }
+    refuse_foreign_or_incomplete(path)?;
+    // No create_missing_column_families: an existing store has them all
+    // (checked above), and RocksDB must never add them to a store that
+    // lost them, which would look like an empty store.
+    let cfs = ALL_CFS
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, cf_options()));
+    let db =
+        DB::open_cf_descriptors(&Options::default(), path, cfs).map_err(|e| open_error(path, e))?;
     let db = Arc::new(db);
-    check_format(&db, path, existed)?;
+    check_format(&db, path)?;
+    check_raft_meta(&db, path)?;
 
     let data = load_state(&db, path)?;
     let applied_index = data.last_applied.map(|l| l.index).unwrap_or(0);
@@ -100,15 +139,125 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
             db,
             state: state.clone(),
             applied_tx: Arc::new(applied_tx),
+            snapshot_lock: Arc::new(Mutex::new(())),
         },
         state,
         applied,
     })
 }
 
-fn check_format(db: &DB, path: &Path, existed: bool) -> Result<(), StoreError> {
-    let cf = cf(db, CF_META);
-    match db.get_cf(cf, KEY_FORMAT)? {
+/// Column family options. Records are JSON, which LZ4 shrinks several
+/// fold for little CPU; table files written before this setting stay
+/// readable (compression is recorded per block).
+pub(crate) fn cf_options() -> Options {
+    let mut opts = Options::default();
+    opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    opts
+}
+
+fn dir_has_entries(path: &Path) -> bool {
+    std::fs::read_dir(path)
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
+}
+
+/// Where a store is built before it is renamed into place.
+fn staging_path(path: &Path) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(".creating");
+    path.with_file_name(name)
+}
+
+/// Creates a new store atomically: RocksDB, every column family and the
+/// format version are made in a staging directory, which is then renamed
+/// onto `path` (replacing it if it is an empty directory). A crash leaves
+/// either no store or a whole one, never a RocksDB without its column
+/// families or format version, which open could not tell from a damaged
+/// store.
+fn create(path: &Path) -> Result<(), StoreError> {
+    let io = |source: std::io::Error| StoreError::Create {
+        path: path.to_path_buf(),
+        source,
+    };
+    let staging = staging_path(path);
+    if staging.exists() {
+        // Left by a crash during an earlier creation; it never held data
+        // (it is renamed into place before any is written).
+        std::fs::remove_dir_all(&staging).map_err(io)?;
+    }
+    // A bare relative name ("raft") has the empty path as its parent.
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io)?;
+    {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        let cfs = ALL_CFS
+            .iter()
+            .map(|name| ColumnFamilyDescriptor::new(*name, cf_options()));
+        let db =
+            DB::open_cf_descriptors(&opts, &staging, cfs).map_err(|e| open_error(&staging, e))?;
+        let mut batch = WriteBatch::default();
+        batch.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&FORMAT_VERSION)?);
+        db.write_opt(batch, &synced())?;
+    }
+    std::fs::rename(&staging, path).map_err(io)?;
+    // The rename is durable once the parent directory is synced.
+    std::fs::File::open(parent)
+        .and_then(|d| d.sync_all())
+        .map_err(io)?;
+    Ok(())
+}
+
+/// An existing RocksDB is opened read-write only when it has exactly
+/// Berth's column families. One with none of them is someone else's; one
+/// with only some is a Berth store whose RocksDB metadata is damaged.
+fn refuse_foreign_or_incomplete(path: &Path) -> Result<(), StoreError> {
+    let names = DB::list_cf(&Options::default(), path).map_err(|e| open_error(path, e))?;
+    let ours = |n: &str| ALL_CFS.contains(&n);
+    if names.iter().any(|n| n != CF_DEFAULT && !ours(n)) || !names.iter().any(|n| ours(n)) {
+        return Err(StoreError::ForeignRocksDb {
+            path: path.to_path_buf(),
+        });
+    }
+    let missing: Vec<&str> = ALL_CFS
+        .iter()
+        .copied()
+        .filter(|n| !names.iter().any(|m| m == n))
+        .collect();
+    if !missing.is_empty() {
+        return Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("column families {} are missing", missing.join(", ")),
+        });
+    }
+    Ok(())
+}
+
+/// RocksDB reports damaged files (a garbled CURRENT or MANIFEST, a bad
+/// checksum) as corruption; say so in words rather than as an open failure.
+pub(crate) fn open_error(path: &Path, source: rocksdb::Error) -> StoreError {
+    match source.kind() {
+        rocksdb::ErrorKind::Corruption => StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!("RocksDB cannot read its own files: {source}"),
+        },
+        _ => StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
+}
+
+fn check_format(db: &DB, path: &Path) -> Result<(), StoreError> {
+    let meta = cf(db, CF_META);
+    match db.get_cf(meta, KEY_FORMAT)? {
         Some(bytes) => {
             let found: u32 = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
                 path: path.to_path_buf(),
@@ -121,16 +270,86 @@ fn check_format(db: &DB, path: &Path, existed: bool) -> Result<(), StoreError> {
                     supported: FORMAT_VERSION,
                 });
             }
+            if found < FORMAT_VERSION {
+                migrate(db, path, found)?;
+            }
             Ok(())
         }
-        None if existed => Err(StoreError::Foreign { path: path.to_path_buf() }),
-        None => {
-            let mut batch = WriteBatch::default();
-            batch.put_cf(cf, KEY_FORMAT, serde_json::to_vec(&FORMAT_VERSION)?);
-            db.write_opt(batch, &synced())?;
-            Ok(())
+        // Stores are created with their format version (see `create`), so
+        // one without it is damaged.
+        None => Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: "the format version (meta/format_version) is missing".into(),
+        }),
+    }
+}
+
+/// Format 1's snapshot, as it was stored.
+#[derive(Deserialize)]
+struct StoredSnapshotV1 {
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    data: Vec<u8>,
+}
+
+/// Brings an older store to [`FORMAT_VERSION`] in one synced batch, so a
+/// crash leaves either the old layout or the new one.
+fn migrate(db: &DB, path: &Path, from: u32) -> Result<(), StoreError> {
+    let corrupt = |detail: String| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        detail,
+    };
+    if from != 1 {
+        return Err(corrupt(format!("unknown format version {from}")));
+    }
+    let sm_meta = cf(db, CF_SM_META);
+    let mut batch = WriteBatch::default();
+    if let Some(bytes) = db.get_cf(sm_meta, KEY_SNAPSHOT_V1)? {
+        let old: StoredSnapshotV1 =
+            decode(&bytes).map_err(|e| corrupt(format!("format 1 snapshot unreadable: {e}")))?;
+        batch.put_cf(sm_meta, KEY_SNAPSHOT_META, encode(&old.meta)?);
+        batch.put_cf(sm_meta, KEY_SNAPSHOT_DATA, &old.data);
+        batch.delete_cf(sm_meta, KEY_SNAPSHOT_V1);
+    }
+    batch.put_cf(cf(db, CF_META), KEY_FORMAT, encode(&FORMAT_VERSION)?);
+    db.write_opt(batch, &synced())?;
+    tracing::info!(path = %path.display(), from, to = FORMAT_VERSION, "store format migrated");
+    Ok(())
+}
+
+/// Decodes the Raft metadata and the last log entry, so a damaged store is
+/// refused at open with a message that names what is damaged, instead of
+/// failing later inside openraft.
+fn check_raft_meta(db: &DB, path: &Path) -> Result<(), StoreError> {
+    let corrupt = |what: &str, e: &dyn std::fmt::Display| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        detail: format!("{what} does not decode: {e}"),
+    };
+    let meta = cf(db, CF_META);
+    if let Some(v) = db.get_cf(meta, KEY_VOTE)? {
+        decode::<Vote<NodeId>>(&v).map_err(|e| corrupt("the vote", &e))?;
+    }
+    if let Some(v) = db.get_cf(meta, KEY_COMMITTED)? {
+        decode::<Option<LogId<NodeId>>>(&v).map_err(|e| corrupt("the committed log id", &e))?;
+    }
+    if let Some(v) = db.get_cf(meta, KEY_LAST_PURGED)? {
+        decode::<LogId<NodeId>>(&v).map_err(|e| corrupt("the last purged log id", &e))?;
+    }
+    if let Some(item) = db.iterator_cf(cf(db, CF_LOGS), IteratorMode::End).next() {
+        let (key, value) = item?;
+        let index = key_to_index(&key).map_err(|e| corrupt("the last log key", &e))?;
+        let entry: Entry<TypeConfig> =
+            decode(&value).map_err(|e| corrupt(&format!("log entry {index}"), &e))?;
+        if entry.log_id.index != index {
+            return Err(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                detail: format!(
+                    "log entry {} is stored under index {index}",
+                    entry.log_id.index
+                ),
+            });
         }
     }
+    Ok(())
 }
 
 fn load_state(db: &DB, path: &Path) -> Result<SmData, StoreError> {
@@ -147,7 +366,8 @@ fn load_state(db: &DB, path: &Path) -> Result<SmData, StoreError> {
         data.last_membership = serde_json::from_slice(&v).map_err(|e| corrupt("membership", e))?;
     }
     if let Some(v) = db.get_cf(meta, KEY_COUNTERS)? {
-        data.counters = serde_json::from_slice::<Counters>(&v).map_err(|e| corrupt("counters", e))?;
+        data.counters =
+            serde_json::from_slice::<Counters>(&v).map_err(|e| corrupt("counters", e))?;
     }
     for item in db.iterator_cf(cf(db, CF_SM_JOBS), IteratorMode::Start) {
         let (_, v) = item?;
@@ -156,39 +376,42 @@ fn load_state(db: &DB, path: &Path) -> Result<SmData, StoreError> {
     }
     for item in db.iterator_cf(cf(db, CF_SM_HOSTS), IteratorMode::Start) {
         let (_, v) = item?;
-        let record: crate::HostRecord = serde_json::from_slice(&v).map_err(|e| corrupt("host", e))?;
+        let record: crate::HostRecord =
+            serde_json::from_slice(&v).map_err(|e| corrupt("host", e))?;
         data.hosts.insert(record.name.clone(), record);
     }
     for item in db.iterator_cf(cf(db, CF_SM_REQUESTS), IteratorMode::Start) {
         let (k, v) = item?;
         let job_id: u64 = serde_json::from_slice(&v).map_err(|e| corrupt("request id", e))?;
-        data.request_ids.insert(String::from_utf8_lossy(&k).into_owned(), job_id);
+        data.request_ids
+            .insert(String::from_utf8_lossy(&k).into_owned(), job_id);
     }
     Ok(data)
 }
 
-/// Column families are created at open, so a missing one is a programming
-/// error, not an input error.
-fn cf<'a>(db: &'a DB, name: &str) -> &'a rocksdb::ColumnFamily {
+/// Every handle passed here comes from a DB opened with all of
+/// [`ALL_CFS`] (a store missing one is refused before it is opened), so a
+/// missing one is a programming error, not an input error.
+pub(crate) fn cf<'a>(db: &'a DB, name: &str) -> &'a rocksdb::ColumnFamily {
     db.cf_handle(name)
         .unwrap_or_else(|| panic!("column family {name} is created at open"))
 }
 
-fn synced() -> WriteOptions {
+pub(crate) fn synced() -> WriteOptions {
     let mut w = WriteOptions::default();
     w.set_sync(true);
     w
 }
 
-fn index_key(index: u64) -> [u8; 8] {
+pub(crate) fn index_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
 
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
     serde_json::from_slice(bytes)
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
     serde_json::to_vec(value)
 }
 
@@ -199,6 +422,23 @@ pub struct LogStore {
 }
 
 impl LogStore {
+    /// Writes `entries` as one `WriteBatch` with a synced WAL: what
+    /// [`RaftLogStorage::append`] does before it tells openraft the entries
+    /// are durable. Public for tools and benchmarks, which cannot build
+    /// openraft's callback.
+    pub fn append_durable<I>(&self, entries: I) -> Result<(), StoreError>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>>,
+    {
+        let logs = cf(&self.db, CF_LOGS);
+        let mut batch = WriteBatch::default();
+        for entry in entries {
+            batch.put_cf(logs, index_key(entry.log_id.index), encode(&entry)?);
+        }
+        self.db.write_opt(batch, &synced())?;
+        Ok(())
+    }
+
     fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StoreError> {
         match self.db.get_cf(cf(&self.db, CF_META), key)? {
             Some(v) => Ok(Some(decode(&v)?)),
@@ -236,15 +476,25 @@ impl RaftLogReader<TypeConfig> for LogStore {
             if !range.contains(&index) {
                 break;
             }
-            let entry: Entry<TypeConfig> = decode(&value).map_err(|e| StorageIOError::read_logs(&e))?;
-            assert_eq!(entry.log_id.index, index, "log entry stored under the wrong key");
+            let entry: Entry<TypeConfig> =
+                decode(&value).map_err(|e| StorageIOError::read_logs(&e))?;
+            if entry.log_id.index != index {
+                let err = std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "log entry {} is stored under index {index}",
+                        entry.log_id.index
+                    ),
+                );
+                return Err(StorageIOError::read_logs(&err).into());
+            }
             entries.push(entry);
         }
         Ok(entries)
     }
 }
 
-fn key_to_index(key: &[u8]) -> Result<u64, std::io::Error> {
+pub(crate) fn key_to_index(key: &[u8]) -> Result<u64, std::io::Error> {
     let bytes: [u8; 8] = key.try_into().map_err(|_| {
         std::io::Error::new(std::io::ErrorKind::InvalidData, "log key is not 8 bytes")
     })?;
@@ -255,17 +505,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
-        let last = self.db.iterator_cf(cf(&self.db, CF_LOGS), IteratorMode::End).next();
+        let last = self
+            .db
+            .iterator_cf(cf(&self.db, CF_LOGS), IteratorMode::End)
+            .next();
         let last_log_id = match last {
             None => None,
             Some(item) => {
                 let (_, value) = item.map_err(|e| StorageIOError::read_logs(&e))?;
-                let entry: Entry<TypeConfig> = decode(&value).map_err(|e| StorageIOError::read_logs(&e))?;
+                let entry: Entry<TypeConfig> =
+                    decode(&value).map_err(|e| StorageIOError::read_logs(&e))?;
                 Some(entry.log_id)
             }
         };
-        let last_purged_log_id: Option<LogId<NodeId>> =
-            self.get_meta(KEY_LAST_PURGED).map_err(|e| StorageIOError::read_logs(&e))?;
+        let last_purged_log_id: Option<LogId<NodeId>> = self
+            .get_meta(KEY_LAST_PURGED)
+            .map_err(|e| StorageIOError::read_logs(&e))?;
         Ok(LogState {
             last_purged_log_id,
             last_log_id: last_log_id.or(last_purged_log_id),
@@ -282,7 +537,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
-        self.get_meta(KEY_VOTE).map_err(|e| StorageIOError::read_vote(&e).into())
+        self.get_meta(KEY_VOTE)
+            .map_err(|e| StorageIOError::read_vote(&e).into())
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
@@ -295,8 +551,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
-        let committed: Option<Option<LogId<NodeId>>> =
-            self.get_meta(KEY_COMMITTED).map_err(|e| StorageIOError::read(&e))?;
+        let committed: Option<Option<LogId<NodeId>>> = self
+            .get_meta(KEY_COMMITTED)
+            .map_err(|e| StorageIOError::read(&e))?;
         Ok(committed.flatten())
     }
 
@@ -305,16 +562,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let logs = cf(&self.db, CF_LOGS);
-        let mut batch = WriteBatch::default();
-        for entry in entries {
-            let value = encode(&entry).map_err(|e| StorageIOError::write_logs(&e))?;
-            batch.put_cf(logs, index_key(entry.log_id.index), value);
-        }
         // Synced before openraft hears it is durable: an acknowledged entry
         // survives kill -9.
-        let result = self.db.write_opt(batch, &synced());
-        match result {
+        match self.append_durable(entries) {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
                 Ok(())
@@ -328,7 +578,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
         let mut batch = WriteBatch::default();
-        batch.delete_range_cf(cf(&self.db, CF_LOGS), index_key(log_id.index), index_key(u64::MAX));
+        batch.delete_range_cf(
+            cf(&self.db, CF_LOGS),
+            index_key(log_id.index),
+            index_key(u64::MAX),
+        );
         // delete_range's end is exclusive; u64::MAX is never a real index.
         self.db
             .write_opt(batch, &synced())
@@ -350,13 +604,6 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 }
 
-/// A snapshot as stored: its metadata and the serialized [`SmData`].
-#[derive(Serialize, Deserialize)]
-struct StoredSnapshot {
-    meta: SnapshotMeta<NodeId, BasicNode>,
-    data: Vec<u8>,
-}
-
 /// The state machine: applies committed entries to the shared in-memory
 /// state and persists what each batch changed.
 #[derive(Clone)]
@@ -364,6 +611,9 @@ pub struct StateMachineStore {
     db: Arc<DB>,
     state: SharedState,
     applied_tx: Arc<watch::Sender<u64>>,
+    /// Serializes replacing the stored snapshot, so a build that finishes
+    /// after an install never overwrites the newer installed snapshot.
+    snapshot_lock: Arc<Mutex<()>>,
 }
 
 impl StateMachineStore {
@@ -398,11 +648,15 @@ impl StateMachineStore {
     fn read_state(&self) -> std::sync::RwLockReadGuard<'_, SmState> {
         // A poisoned lock means a panic mid-apply; the state may be half
         // changed and must not be served.
-        self.state.read().unwrap_or_else(|_| panic!("state machine lock poisoned"))
+        self.state
+            .read()
+            .unwrap_or_else(|_| panic!("state machine lock poisoned"))
     }
 
     fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, SmState> {
-        self.state.write().unwrap_or_else(|_| panic!("state machine lock poisoned"))
+        self.state
+            .write()
+            .unwrap_or_else(|_| panic!("state machine lock poisoned"))
     }
 }
 
@@ -414,36 +668,146 @@ fn write_sm_meta(batch: &mut WriteBatch, db: &DB, data: &SmData) -> Result<(), S
     Ok(())
 }
 
+/// Serializes the state machine as the JSON of [`SmData`] from one RocksDB
+/// snapshot: sm_meta and every table are read at the same sequence number,
+/// and each apply batch is one `WriteBatch`, so the result is the state
+/// after exactly one apply batch. No lock is taken: apply goes on while this
+/// runs. Records are copied as stored (they are already JSON), checked only
+/// for well-formedness, which is much cheaper than decoding them.
+pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
+    let snap = db.snapshot();
+    let sm_meta = cf(db, CF_SM_META);
+    let get = |key: &[u8]| snap.get_cf(sm_meta, key);
+    let last_applied: Option<LogId<NodeId>> = match get(KEY_LAST_APPLIED)? {
+        Some(v) => decode(&v)?,
+        None => None,
+    };
+    let membership: StoredMembership<NodeId, BasicNode> = match get(KEY_MEMBERSHIP)? {
+        Some(v) => decode(&v)?,
+        None => StoredMembership::default(),
+    };
+    let counters: Counters = match get(KEY_COUNTERS)? {
+        Some(v) => decode(&v)?,
+        None => Counters::default(),
+    };
+
+    let mut out: Vec<u8> = Vec::new();
+    out.extend_from_slice(b"{\"last_applied\":");
+    serde_json::to_writer(&mut out, &last_applied)?;
+    out.extend_from_slice(b",\"last_membership\":");
+    serde_json::to_writer(&mut out, &membership)?;
+    out.extend_from_slice(b",\"counters\":");
+    serde_json::to_writer(&mut out, &counters)?;
+    for (field, table) in [
+        ("jobs", CF_SM_JOBS),
+        ("hosts", CF_SM_HOSTS),
+        ("request_ids", CF_SM_REQUESTS),
+    ] {
+        out.extend_from_slice(b",\"");
+        out.extend_from_slice(field.as_bytes());
+        out.extend_from_slice(b"\":{");
+        let mut first = true;
+        for item in snap.iterator_cf(cf(db, table), IteratorMode::Start) {
+            let (key, value) = item?;
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            // JSON object keys are strings: job ids as their decimal digits
+            // (what serde_json writes for a u64-keyed map), names escaped.
+            if table == CF_SM_JOBS {
+                let id =
+                    key_to_index(&key).map_err(|e| StoreError::Codec(serde_json::Error::io(e)))?;
+                out.push(b'"');
+                out.extend_from_slice(id.to_string().as_bytes());
+                out.push(b'"');
+            } else {
+                let name = std::str::from_utf8(&key).map_err(|e| {
+                    StoreError::Codec(serde_json::Error::io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{field} key is not UTF-8: {e}"),
+                    )))
+                })?;
+                serde_json::to_writer(&mut out, name)?;
+            }
+            out.push(b':');
+            serde_json::from_slice::<serde::de::IgnoredAny>(&value)?;
+            out.extend_from_slice(&value);
+        }
+        out.push(b'}');
+    }
+    out.push(b'}');
+    Ok(SerializedState {
+        bytes: out,
+        last_applied,
+        membership,
+    })
+}
+
+/// A state serialized by [`serialize_state`].
+pub(crate) struct SerializedState {
+    pub bytes: Vec<u8>,
+    pub last_applied: Option<LogId<NodeId>>,
+    pub membership: StoredMembership<NodeId, BasicNode>,
+}
+
+fn snapshot_id(last_applied: Option<LogId<NodeId>>) -> String {
+    match last_applied {
+        Some(l) => format!("{}-{}", l.leader_id, l.index),
+        None => "empty".to_string(),
+    }
+}
+
+/// Reads the stored snapshot's metadata.
+fn stored_snapshot_meta(db: &DB) -> Result<Option<SnapshotMeta<NodeId, BasicNode>>, StoreError> {
+    match db.get_cf(cf(db, CF_SM_META), KEY_SNAPSHOT_META)? {
+        Some(v) => Ok(Some(decode(&v)?)),
+        None => Ok(None),
+    }
+}
+
+/// Builds a snapshot and stores it as the current one unless a newer one
+/// (installed meanwhile) is stored already. Blocking: run off the async
+/// threads.
+fn build_and_store_snapshot(
+    db: &DB,
+    snapshot_lock: &Mutex<()>,
+) -> Result<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>), StoreError> {
+    let state = serialize_state(db)?;
+    let meta = SnapshotMeta {
+        last_log_id: state.last_applied,
+        last_membership: state.membership,
+        snapshot_id: snapshot_id(state.last_applied),
+    };
+    // A poisoned lock only means another snapshot write panicked; the
+    // stored snapshot is still whole (it is written in one batch).
+    let _guard = snapshot_lock.lock().unwrap_or_else(|p| p.into_inner());
+    let newer_stored = stored_snapshot_meta(db)?.is_some_and(|m| m.last_log_id > meta.last_log_id);
+    if !newer_stored {
+        let sm_meta = cf(db, CF_SM_META);
+        let mut batch = WriteBatch::default();
+        batch.put_cf(sm_meta, KEY_SNAPSHOT_META, encode(&meta)?);
+        batch.put_cf(sm_meta, KEY_SNAPSHOT_DATA, &state.bytes);
+        db.write_opt(batch, &synced())?;
+    }
+    Ok((meta, state.bytes))
+}
+
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-        let (data, last_applied, membership) = {
-            let state = self.read_state();
-            let bytes = encode(&state.data).map_err(|e| StorageIOError::read_state_machine(&e))?;
-            (bytes, state.data.last_applied, state.data.last_membership.clone())
-        };
-        let snapshot_id = match last_applied {
-            Some(l) => format!("{}-{}", l.leader_id, l.index),
-            None => "empty".to_string(),
-        };
-        let meta = SnapshotMeta {
-            last_log_id: last_applied,
-            last_membership: membership,
-            snapshot_id,
-        };
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data,
-        };
-        let bytes = encode(&stored)
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        let mut batch = WriteBatch::default();
-        batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT, bytes);
-        self.db
-            .write_opt(batch, &synced())
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
+        let db = self.db.clone();
+        let lock = self.snapshot_lock.clone();
+        // Serializing a large state takes seconds of CPU and disk; keep it
+        // off the async worker threads.
+        let built = tokio::task::spawn_blocking(move || build_and_store_snapshot(&db, &lock))
+            .await
+            .map_err(|e| {
+                StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string()))
+            })?;
+        let (meta, bytes) = built.map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         Ok(Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
+            snapshot: Box::new(Cursor::new(bytes)),
         })
     }
 }
@@ -536,20 +900,24 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 batch.put_cf(cf(&self.db, CF_SM_HOSTS), name.as_bytes(), encode(record)?);
             }
             for (request_id, job_id) in &data.request_ids {
-                batch.put_cf(cf(&self.db, CF_SM_REQUESTS), request_id.as_bytes(), encode(job_id)?);
+                batch.put_cf(
+                    cf(&self.db, CF_SM_REQUESTS),
+                    request_id.as_bytes(),
+                    encode(job_id)?,
+                );
             }
             write_sm_meta(batch, &self.db, &data)?;
-            let stored = StoredSnapshot {
-                meta: meta.clone(),
-                data: bytes.clone(),
-            };
-            batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT, encode(&stored)?);
+            batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT_META, encode(meta)?);
+            batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT_DATA, &bytes);
             Ok(())
         };
         fill(&mut batch).map_err(to_io)?;
-        self.db
-            .write_opt(batch, &synced())
-            .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+        {
+            let _guard = self.snapshot_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.db
+                .write_opt(batch, &synced())
+                .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+        }
         let applied_index = {
             let mut state = self.write_state();
             *state = SmState::from_data(data);
@@ -560,19 +928,23 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
-        let bytes = self
-            .db
-            .get_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT)
-            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        let Some(bytes) = bytes else {
-            return Ok(None);
+        // Metadata and bytes from one RocksDB snapshot, so they belong
+        // together even while a build stores a new one.
+        let read = || -> Result<Option<Snapshot<TypeConfig>>, StoreError> {
+            let snap = self.db.snapshot();
+            let sm_meta = cf(&self.db, CF_SM_META);
+            let (Some(meta), Some(data)) = (
+                snap.get_cf(sm_meta, KEY_SNAPSHOT_META)?,
+                snap.get_cf(sm_meta, KEY_SNAPSHOT_DATA)?,
+            ) else {
+                return Ok(None);
+            };
+            Ok(Some(Snapshot {
+                meta: decode(&meta)?,
+                snapshot: Box::new(Cursor::new(data)),
+            }))
         };
-        let stored: StoredSnapshot =
-            decode(&bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        Ok(Some(Snapshot {
-            meta: stored.meta,
-            snapshot: Box::new(Cursor::new(stored.data)),
-        }))
+        read().map_err(|e| StorageIOError::read_snapshot(None, &e).into())
     }
 }
 

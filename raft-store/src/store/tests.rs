@@ -2,6 +2,8 @@
 //! store's own open/recovery checks.
 
 use openraft::testing::{StoreBuilder, Suite};
+use std::collections::BTreeMap;
+
 use openraft::StorageError;
 use tempfile::TempDir;
 
@@ -40,12 +42,565 @@ fn newer_format_is_refused() {
     {
         let handles = open(dir.path()).expect("open");
         let db = handles.log.db.clone();
-        db.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&(FORMAT_VERSION + 1)).expect("enc"))
-            .expect("put");
+        db.put_cf(
+            cf(&db, CF_META),
+            KEY_FORMAT,
+            encode(&(FORMAT_VERSION + 1)).expect("enc"),
+        )
+        .expect("put");
     }
     match open(dir.path()) {
         Err(StoreError::NewerFormat { found, .. }) => assert_eq!(found, FORMAT_VERSION + 1),
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("a newer store was opened"),
     }
+}
+
+// ---- helpers -------------------------------------------------------------
+
+use berth_scheduler::{Inventory, JobSpec, Placement};
+use openraft::{CommittedLeaderId, EntryPayload};
+
+use crate::command::{Command, Request};
+
+fn log_id(term: u64, index: u64) -> LogId<NodeId> {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
+    Entry {
+        log_id: log_id(1, index),
+        payload: EntryPayload::Normal(Request::new(command)),
+    }
+}
+
+fn submit(request_id: &str) -> Command {
+    Command::SubmitJob {
+        request_id: request_id.into(),
+        spec: JobSpec {
+            user: "alice".into(),
+            command: format!("echo {request_id}"),
+            cpus: 1,
+            ..JobSpec::default()
+        },
+        now_ms: 1_000,
+    }
+}
+
+// The struct update keeps this compiling when the scheduler's Inventory
+// gains fields.
+#[allow(clippy::needless_update)]
+fn register(name: &str) -> Command {
+    Command::RegisterHost {
+        name: name.into(),
+        inventory: Inventory {
+            cpus: 8,
+            mem_mb: 4096,
+            ..Inventory::default()
+        },
+        agent_restarted: false,
+        running_allocs: Vec::new(),
+        now_ms: 5,
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// A store with a host, `jobs` submitted jobs (in apply batches of 1,000)
+/// and two of them placed, and the log entries that made it.
+fn populated(dir: &Path, jobs: u64) -> StoreHandles {
+    const APPLY_BATCH_ENTRIES: u64 = 1_000;
+    let mut handles = open(dir).expect("open");
+    let rt = runtime();
+    rt.block_on(async {
+        let mut index = 1;
+        let mut batch = vec![entry(index, register("h1"))];
+        for n in 0..jobs {
+            index += 1;
+            batch.push(entry(index, submit(&format!("req-{n}"))));
+            if batch.len() as u64 >= APPLY_BATCH_ENTRIES {
+                handles.log.append_durable(batch.clone()).expect("append");
+                handles
+                    .state_machine
+                    .apply(std::mem::take(&mut batch))
+                    .await
+                    .expect("apply");
+            }
+        }
+        handles.log.append_durable(batch.clone()).expect("append");
+        handles
+            .state_machine
+            .apply(std::mem::take(&mut batch))
+            .await
+            .expect("apply");
+        index += 1;
+        let first = handles
+            .state
+            .read()
+            .expect("lock")
+            .job(1)
+            .map(|r| r.job.spec.per_host());
+        if let Some(resources) = first {
+            batch.push(entry(
+                index,
+                Command::ApplyPlan {
+                    snapshot_index: index - 1,
+                    now_ms: 2_000,
+                    starts: vec![placement(1, "h1", resources)],
+                },
+            ));
+        }
+        handles.log.append_durable(batch.clone()).expect("append");
+        handles.state_machine.apply(batch).await.expect("apply");
+    });
+    handles
+}
+
+/// Built from JSON so these tests do not depend on every field of the
+/// scheduler's type (fields added later have serde defaults).
+fn placement(job_id: u64, host: &str, resources: berth_scheduler::Resources) -> Placement {
+    serde_json::from_value(serde_json::json!({
+        "job_id": job_id,
+        "host": host,
+        "resources": resources,
+    }))
+    .expect("placement")
+}
+
+fn same_state(a: &SmState, b: &SmState) {
+    assert_eq!(a.data.last_applied, b.data.last_applied);
+    assert_eq!(a.data.last_membership, b.data.last_membership);
+    assert_eq!(a.data.counters, b.data.counters);
+    assert_eq!(a.data.jobs, b.data.jobs);
+    assert_eq!(a.data.hosts, b.data.hosts);
+    assert_eq!(a.data.request_ids, b.data.request_ids);
+    assert_eq!(
+        a.pending_ids().collect::<Vec<_>>(),
+        b.pending_ids().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        a.running_ids().collect::<Vec<_>>(),
+        b.running_ids().collect::<Vec<_>>()
+    );
+    let alloc = |s: &SmState| {
+        s.hosts()
+            .map(|h| (h.name.clone(), h.allocated))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(alloc(a), alloc(b));
+}
+
+fn expect_corrupt(result: Result<StoreHandles, StoreError>, what: &str) -> String {
+    match result {
+        Err(e @ StoreError::Corrupt { .. }) => e.to_string(),
+        Err(e) => panic!("{what}: wrong error: {e}"),
+        Ok(_) => panic!("{what}: a damaged store was opened"),
+    }
+}
+
+// ---- damaged, foreign and odd directories ---------------------------------
+
+#[test]
+fn data_dir_that_is_a_file_is_refused() {
+    let dir = TempDir::new().expect("tempdir");
+    let file = dir.path().join("raft");
+    std::fs::write(&file, "not a directory").expect("write");
+    match open(&file) {
+        Err(StoreError::NotADirectory { .. }) => {}
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a file was opened as a store"),
+    }
+}
+
+#[test]
+fn garbage_or_empty_current_is_refused() {
+    for content in [
+        &b""[..],
+        &b"MANIFEST-9999"[..],
+        &b"\x00\xff garbage \x01"[..],
+    ] {
+        let dir = TempDir::new().expect("tempdir");
+        drop(populated(dir.path(), 3));
+        std::fs::write(dir.path().join("CURRENT"), content).expect("write");
+        match open(dir.path()) {
+            Err(StoreError::Corrupt { .. } | StoreError::Open { .. }) => {}
+            Err(e) => panic!("CURRENT {content:?}: wrong error: {e}"),
+            Ok(_) => panic!("CURRENT {content:?}: a damaged store was opened"),
+        }
+    }
+}
+
+#[test]
+fn truncated_or_garbage_manifest_is_refused() {
+    for truncate in [true, false] {
+        let dir = TempDir::new().expect("tempdir");
+        drop(populated(dir.path(), 3));
+        let current = std::fs::read_to_string(dir.path().join("CURRENT")).expect("CURRENT");
+        let manifest = dir.path().join(current.trim());
+        let len = std::fs::metadata(&manifest).expect("manifest").len();
+        if truncate {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&manifest)
+                .expect("open manifest");
+            f.set_len(len / 3).expect("truncate");
+        } else {
+            std::fs::write(&manifest, vec![0x5a; len as usize]).expect("write");
+        }
+        match open(dir.path()) {
+            // A manifest cut short may lose the column families' records,
+            // and then the store looks like someone else's RocksDB.
+            Err(
+                StoreError::Corrupt { .. }
+                | StoreError::Open { .. }
+                | StoreError::ForeignRocksDb { .. },
+            ) => {}
+            Err(e) => panic!("manifest (truncate={truncate}): wrong error: {e}"),
+            Ok(h) => panic!(
+                "manifest (truncate={truncate}): a damaged store was opened: {:?} jobs={} cfs={:?}",
+                h.state.read().expect("lock").data.last_applied,
+                h.state.read().expect("lock").data.jobs.len(),
+                DB::list_cf(&Options::default(), dir.path())
+            ),
+        }
+    }
+}
+
+#[test]
+fn undecodable_log_entry_is_refused() {
+    let dir = TempDir::new().expect("tempdir");
+    {
+        let handles = populated(dir.path(), 3);
+        let db = handles.log.db.clone();
+        db.put_cf(cf(&db, CF_LOGS), index_key(99), b"{not json")
+            .expect("put");
+    }
+    let message = expect_corrupt(open(dir.path()), "bad log entry");
+    assert!(message.contains("log entry 99"), "{message}");
+}
+
+#[test]
+fn log_entry_under_the_wrong_index_is_refused() {
+    let dir = TempDir::new().expect("tempdir");
+    {
+        let handles = populated(dir.path(), 3);
+        let db = handles.log.db.clone();
+        let moved = encode(&entry(7, submit("x"))).expect("enc");
+        db.put_cf(cf(&db, CF_LOGS), index_key(50), moved)
+            .expect("put");
+    }
+    expect_corrupt(open(dir.path()), "misplaced log entry");
+}
+
+#[test]
+fn undecodable_vote_and_job_are_refused() {
+    for (cf_name, key) in [
+        (CF_META, KEY_VOTE.to_vec()),
+        (CF_SM_JOBS, index_key(2).to_vec()),
+    ] {
+        let dir = TempDir::new().expect("tempdir");
+        {
+            let handles = populated(dir.path(), 3);
+            let db = handles.log.db.clone();
+            db.put_cf(cf(&db, cf_name), &key, b"\x00garbage")
+                .expect("put");
+        }
+        expect_corrupt(open(dir.path()), cf_name);
+    }
+}
+
+#[test]
+fn store_without_its_format_key_is_refused() {
+    let dir = TempDir::new().expect("tempdir");
+    {
+        let handles = populated(dir.path(), 3);
+        let db = handles.log.db.clone();
+        db.delete_cf(cf(&db, CF_META), KEY_FORMAT).expect("delete");
+    }
+    let message = expect_corrupt(open(dir.path()), "no format key");
+    assert!(message.contains("format version"), "{message}");
+}
+
+#[test]
+fn foreign_rocksdb_is_refused_and_left_untouched() {
+    let dir = TempDir::new().expect("tempdir");
+    {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        let db = DB::open(&opts, dir.path()).expect("create");
+        db.put(b"someone", b"else's data").expect("put");
+    }
+    match open(dir.path()) {
+        Err(StoreError::ForeignRocksDb { .. }) => {}
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("a foreign RocksDB was opened"),
+    }
+    let names = DB::list_cf(&Options::default(), dir.path()).expect("list");
+    assert_eq!(
+        names,
+        vec!["default".to_string()],
+        "the foreign RocksDB was changed"
+    );
+}
+
+#[test]
+fn interrupted_creation_is_started_again() {
+    let parent = TempDir::new().expect("tempdir");
+    let path = parent.path().join("raft");
+    {
+        // What a crash during creation leaves: a staging RocksDB with some
+        // column families and no format version.
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        DB::open_cf(&opts, staging_path(&path), &ALL_CFS[..3]).expect("create");
+    }
+    let handles = open(&path).expect("a store whose creation was interrupted opens");
+    let db = handles.log.db.clone();
+    let format: u32 = decode(
+        &db.get_cf(cf(&db, CF_META), KEY_FORMAT)
+            .expect("get")
+            .expect("format"),
+    )
+    .expect("dec");
+    assert_eq!(format, FORMAT_VERSION);
+    assert!(!staging_path(&path).exists());
+}
+
+#[test]
+fn store_missing_column_families_is_refused_untouched() {
+    let dir = TempDir::new().expect("tempdir");
+    {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        DB::open_cf(&opts, dir.path(), &ALL_CFS[..3]).expect("create");
+    }
+    let message = expect_corrupt(open(dir.path()), "missing column families");
+    assert!(message.contains("sm_jobs"), "{message}");
+    assert_eq!(
+        DB::list_cf(&Options::default(), dir.path())
+            .expect("list")
+            .len(),
+        4
+    );
+}
+
+#[test]
+fn format_1_snapshot_is_migrated() {
+    let dir = TempDir::new().expect("tempdir");
+    let meta = SnapshotMeta {
+        last_log_id: Some(log_id(1, 4)),
+        last_membership: StoredMembership::default(),
+        snapshot_id: "1-1-4".into(),
+    };
+    {
+        let handles = populated(dir.path(), 3);
+        let db = handles.log.db.clone();
+        #[derive(Serialize)]
+        struct V1<'a> {
+            meta: &'a SnapshotMeta<NodeId, BasicNode>,
+            data: Vec<u8>,
+        }
+        let v1 = V1 {
+            meta: &meta,
+            data: b"{\"payload\":1}".to_vec(),
+        };
+        db.put_cf(
+            cf(&db, CF_SM_META),
+            KEY_SNAPSHOT_V1,
+            encode(&v1).expect("enc"),
+        )
+        .expect("put");
+        db.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&1u32).expect("enc"))
+            .expect("put");
+    }
+    let mut handles = open(dir.path()).expect("a format 1 store opens");
+    let snapshot = runtime()
+        .block_on(handles.state_machine.get_current_snapshot())
+        .expect("read")
+        .expect("the snapshot survived migration");
+    assert_eq!(snapshot.meta, meta);
+    assert_eq!(snapshot.snapshot.into_inner(), b"{\"payload\":1}".to_vec());
+    let db = handles.log.db.clone();
+    assert!(db
+        .get_cf(cf(&db, CF_SM_META), KEY_SNAPSHOT_V1)
+        .expect("get")
+        .is_none());
+}
+
+// ---- snapshots ------------------------------------------------------------
+
+fn snapshot_round_trip(jobs: u64) {
+    let source_dir = TempDir::new().expect("tempdir");
+    let target_dir = TempDir::new().expect("tempdir");
+    let mut source = populated(source_dir.path(), jobs);
+    let rt = runtime();
+    let snapshot = rt
+        .block_on(source.state_machine.build_snapshot())
+        .expect("build");
+    assert_eq!(
+        snapshot.meta.last_log_id,
+        source.state.read().expect("lock").data.last_applied
+    );
+    let stored = rt
+        .block_on(source.state_machine.get_current_snapshot())
+        .expect("read")
+        .expect("stored");
+    assert_eq!(stored.meta, snapshot.meta);
+    assert_eq!(stored.snapshot.get_ref(), snapshot.snapshot.get_ref());
+
+    let mut target = open(target_dir.path()).expect("open target");
+    rt.block_on(
+        target
+            .state_machine
+            .install_snapshot(&snapshot.meta, snapshot.snapshot),
+    )
+    .expect("install");
+    same_state(
+        &source.state.read().expect("lock"),
+        &target.state.read().expect("lock"),
+    );
+    drop(target);
+    let reopened = open(target_dir.path()).expect("reopen target");
+    same_state(
+        &source.state.read().expect("lock"),
+        &reopened.state.read().expect("lock"),
+    );
+    let report = crate::check::check(target_dir.path()).expect("check");
+    assert!(report.snapshot.is_some());
+    assert_eq!(report.jobs, jobs);
+}
+
+#[test]
+fn snapshot_installs_into_a_fresh_store() {
+    snapshot_round_trip(50);
+}
+
+#[test]
+fn snapshot_of_100k_jobs_installs() {
+    snapshot_round_trip(100_000);
+}
+
+#[test]
+fn apply_goes_on_while_a_snapshot_is_built() {
+    // The build reads a RocksDB snapshot: entries applied after it started
+    // are not in it, and the build never holds the state lock.
+    let dir = TempDir::new().expect("tempdir");
+    let mut handles = populated(dir.path(), 2_000);
+    let rt = runtime();
+    let before = handles.state.read().expect("lock").data.last_applied;
+    let guard = handles.state.write().expect("lock");
+    // With the state write-locked (as apply holds it), a build completes.
+    let snapshot = rt
+        .block_on(handles.state_machine.build_snapshot())
+        .expect("build");
+    drop(guard);
+    assert_eq!(snapshot.meta.last_log_id, before);
+    let data: SmData = decode(snapshot.snapshot.get_ref()).expect("decode");
+    assert_eq!(data.jobs.len(), 2_000);
+}
+
+// ---- store check ----------------------------------------------------------
+
+fn dir_contents(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    for item in std::fs::read_dir(path).expect("read_dir") {
+        let item = item.expect("entry");
+        files.insert(
+            item.file_name().to_string_lossy().into_owned(),
+            std::fs::read(item.path()).expect("read"),
+        );
+    }
+    files
+}
+
+#[test]
+fn check_reports_a_good_store_and_changes_nothing() {
+    let dir = TempDir::new().expect("tempdir");
+    let mut handles = populated(dir.path(), 30);
+    runtime()
+        .block_on(handles.state_machine.build_snapshot())
+        .expect("build");
+    drop(handles);
+    let before = dir_contents(dir.path());
+    let report = crate::check::check(dir.path()).expect("check");
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert_eq!(report.format_version, Some(FORMAT_VERSION));
+    assert_eq!(report.jobs, 30);
+    assert_eq!(report.jobs_by_state.get("RUNNING"), Some(&1));
+    assert_eq!(report.jobs_by_state.get("PENDING"), Some(&29));
+    assert_eq!(report.hosts, 1);
+    assert_eq!(report.request_ids, 30);
+    assert_eq!(report.log_entries, 32);
+    assert_eq!(report.last_applied.map(|l| l.index), Some(32));
+    assert!(report.snapshot.as_ref().is_some_and(|s| s.data_bytes > 0));
+    assert_eq!(dir_contents(dir.path()), before, "check changed the store");
+}
+
+#[test]
+fn check_finds_damage() {
+    let dir = TempDir::new().expect("tempdir");
+    {
+        let handles = populated(dir.path(), 10);
+        let db = handles.log.db.clone();
+        // A gap in the log, a job that does not decode, a request id that
+        // names no job, counters behind the ids.
+        db.delete_cf(cf(&db, CF_LOGS), index_key(5))
+            .expect("delete");
+        db.put_cf(cf(&db, CF_SM_JOBS), index_key(3), b"garbage")
+            .expect("put");
+        db.put_cf(
+            cf(&db, CF_SM_REQUESTS),
+            b"orphan",
+            encode(&999u64).expect("enc"),
+        )
+        .expect("put");
+        let counters = Counters {
+            next_job_id: 4,
+            next_alloc_id: 1,
+        };
+        db.put_cf(
+            cf(&db, CF_SM_META),
+            KEY_COUNTERS,
+            encode(&counters).expect("enc"),
+        )
+        .expect("put");
+    }
+    let report = crate::check::check(dir.path()).expect("check");
+    assert!(!report.is_ok());
+    let all = report.problems.join("\n");
+    for needle in [
+        "gap",
+        "job 3 does not decode",
+        "orphan",
+        "next job id",
+        "next allocation id",
+    ] {
+        assert!(
+            all.contains(needle),
+            "no problem mentions {needle:?}:\n{all}"
+        );
+    }
+}
+
+#[test]
+fn check_refuses_what_is_not_a_store() {
+    let dir = TempDir::new().expect("tempdir");
+    assert!(matches!(
+        crate::check::check(dir.path()),
+        Err(StoreError::Missing { .. })
+    ));
+    let file = dir.path().join("f");
+    std::fs::write(&file, "x").expect("write");
+    assert!(matches!(
+        crate::check::check(&file),
+        Err(StoreError::NotADirectory { .. })
+    ));
 }
