@@ -68,11 +68,32 @@ fn command(program: &Path) -> Command {
     cmd
 }
 
-/// A free loopback port. The port is released before use, so another
-/// process could take it in between; tests tolerate that as a startup
-/// failure rather than a wrong result.
+/// Ports handed to test clusters come from below the kernel's ephemeral
+/// range (32768 and up on Linux), so an outgoing connection can never take
+/// a port between the moment it is chosen and the moment a node binds it.
+const PORT_RANGE_START: u16 = 20_000;
+const PORT_RANGE_LEN: u16 = 10_000;
+/// Candidates tried before giving up on finding a free port.
+const PORT_ATTEMPTS_MAX: u32 = 1_000;
+
+static NEXT_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A loopback port that is free now. Candidates are spread by process id
+/// so parallel test processes rarely try the same ones, and each is checked
+/// by binding it.
 fn free_port() -> Result<u16, HarnessError> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    let base = std::process::id().wrapping_mul(7_919);
+    for _ in 0..PORT_ATTEMPTS_MAX {
+        let n = NEXT_PORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = PORT_RANGE_START + (base.wrapping_add(n) % u32::from(PORT_RANGE_LEN)) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(HarnessError::Io(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        format!("no free port among {PORT_ATTEMPTS_MAX} tried"),
+    )))
 }
 
 struct NodeProc {
