@@ -16,6 +16,15 @@ const JOB_DEADLINE: Duration = Duration::from_secs(60);
 /// Submits through any live node, retrying on another with the same
 /// request id (idempotent) while the cluster elects a leader.
 async fn submit(cluster: &LocalCluster, request_id: &str, command: &str) -> u64 {
+    submit_with_limit(cluster, request_id, command, 0).await
+}
+
+async fn submit_with_limit(
+    cluster: &LocalCluster,
+    request_id: &str,
+    command: &str,
+    time_limit_s: u64,
+) -> u64 {
     let start = Instant::now();
     loop {
         let attempt = async {
@@ -28,6 +37,7 @@ async fn submit(cluster: &LocalCluster, request_id: &str, command: &str) -> u64 
                         user: "tester".into(),
                         command: command.into(),
                         cpus: 1,
+                        time_limit_s,
                         ..Default::default()
                     }),
                 })
@@ -289,4 +299,31 @@ async fn restarted_agent_never_runs_a_job_twice() {
         Some("node-fail"),
         "{kinds:?}"
     );
+}
+
+/// A job past its time limit is stopped by its agent (SIGTERM to its
+/// process group) and ends TIMEOUT; the host is free again afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_over_its_time_limit_ends_timeout() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster =
+        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("leader");
+
+    let marker = tmp.path().join("overran.txt");
+    let job = submit_with_limit(
+        &cluster,
+        "time-limit",
+        &format!("sleep 30; echo overran > {}", marker.display()),
+        1,
+    )
+    .await;
+    wait_for_state(&cluster, job, JobState::Timeout).await;
+    assert!(!marker.exists(), "the job ran past its time limit");
+
+    let after = submit(&cluster, "after-time-limit", "exit 0").await;
+    wait_for_state(&cluster, after, JobState::Completed).await;
 }

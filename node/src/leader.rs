@@ -80,9 +80,8 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
     let mut was_leader = false;
     let policy = Policy {
         max_jobs_per_pass: node.config.scheduler.max_jobs_per_pass,
-        // Strict FIFO live until time limits are enforced by the leader:
-        // backfill promises rest on jobs ending by their limit.
-        backfill: false,
+        // EASY backfill (the default): its promises rest on jobs ending by
+        // their time limit, which `enforce_time_limits` makes true.
         ..Policy::default()
     };
     loop {
@@ -107,6 +106,7 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
         }
         was_leader = is_leader;
         if is_leader {
+            enforce_time_limits(&node).await;
             run_pass(&node, &policy).await;
         }
     }
@@ -131,6 +131,30 @@ async fn wake_on_election(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) 
             node.pass_notify.notify_one();
         }
         was_leader = is_leader;
+    }
+}
+
+/// Jobs marked per pass at most for running past their time limit; the
+/// rest are found on the next pass.
+const TIME_LIMIT_STOPS_PER_PASS_MAX: usize = 1_000;
+
+/// Marks running jobs past their time limit, so their agents stop them
+/// with the stop grace and they end TIMEOUT. Resolution: one pass interval.
+async fn enforce_time_limits(node: &Node) {
+    let expired = node.read(|s| s.time_limits_expired(now_ms(), TIME_LIMIT_STOPS_PER_PASS_MAX));
+    if expired.is_empty() {
+        return;
+    }
+    let command = Command::TimeLimitReached {
+        allocations: expired,
+        now_ms: 0,
+    };
+    match node.propose_local(command).await {
+        Ok(Response::TimeLimitsEnforced { stopping }) if stopping > 0 => {
+            tracing::info!(stopping, "jobs past their time limit are being stopped");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "time-limit stops not committed"),
     }
 }
 

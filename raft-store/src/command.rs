@@ -62,6 +62,12 @@ pub enum Command {
         now_ms: u64,
         starts: Vec<Placement>,
     },
+    /// Running jobs the leader found past their time limit at `now_ms`.
+    /// `apply` re-checks each against the limit and the allocation.
+    TimeLimitReached {
+        allocations: Vec<(JobId, u64)>,
+        now_ms: u64,
+    },
     /// The agent started the job's process.
     JobStarted {
         job_id: JobId,
@@ -91,6 +97,7 @@ impl Command {
             | Command::CancelJob { now_ms, .. }
             | Command::RegisterHost { now_ms, .. }
             | Command::ApplyPlan { now_ms, .. }
+            | Command::TimeLimitReached { now_ms, .. }
             | Command::JobStarted { now_ms, .. }
             | Command::JobExited { now_ms, .. } => *now_ms = now,
         }
@@ -102,6 +109,7 @@ impl Command {
             Command::CancelJob { .. } => "CancelJob",
             Command::RegisterHost { .. } => "RegisterHost",
             Command::ApplyPlan { .. } => "ApplyPlan",
+            Command::TimeLimitReached { .. } => "TimeLimitReached",
             Command::JobStarted { .. } => "JobStarted",
             Command::JobExited { .. } => "JobExited",
         }
@@ -124,6 +132,10 @@ pub enum Response {
     PlanApplied {
         started: u32,
         dropped: u32,
+    },
+    /// How many of the named jobs were marked to stop for their time limit.
+    TimeLimitsEnforced {
+        stopping: u32,
     },
     /// A report about an allocation; `accepted` is false when it is stale.
     Report {

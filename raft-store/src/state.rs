@@ -176,7 +176,7 @@ impl SmState {
         self.running
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
-            .filter(|r| !r.job.cancel_requested)
+            .filter(|r| !r.job.cancel_requested && !r.job.time_limit_reached)
             .filter(|r| r.job.alloc.as_ref().is_some_and(|a| a.host == host))
             .collect()
     }
@@ -263,6 +263,10 @@ impl SmState {
                 now_ms,
                 starts,
             } => self.apply_plan(*snapshot_index, starts, *now_ms, dirty),
+            Command::TimeLimitReached {
+                allocations,
+                now_ms,
+            } => self.time_limits_reached(allocations, *now_ms, dirty),
             Command::JobStarted {
                 job_id,
                 alloc_id,
@@ -319,6 +323,7 @@ impl SmState {
                 exit_code: 0,
                 exit_signal: 0,
                 cancel_requested: false,
+                time_limit_reached: false,
             },
             events: Vec::new(),
         };
@@ -477,6 +482,60 @@ impl SmState {
         }
     }
 
+    /// Running jobs past their time limit at `now_ms` that are not being
+    /// stopped yet, as (job, allocation), at most `max` of them. The leader
+    /// proposes these as one `TimeLimitReached`.
+    pub fn time_limits_expired(&self, now_ms: u64, max: usize) -> Vec<(JobId, u64)> {
+        self.running
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id))
+            .filter(|r| !r.job.cancel_requested && !r.job.time_limit_reached)
+            .filter_map(|r| {
+                let alloc = r.job.alloc.as_ref()?;
+                past_limit(&r.job.spec, alloc.start_ms, now_ms)
+                    .then_some((r.job.id, alloc.alloc_id))
+            })
+            .take(max)
+            .collect()
+    }
+
+    fn time_limits_reached(
+        &mut self,
+        allocations: &[(JobId, u64)],
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
+        let mut stopping = 0u32;
+        for (job_id, alloc_id) in allocations {
+            let Some(record) = self.data.jobs.get_mut(job_id) else {
+                continue;
+            };
+            let Some(alloc) = record.job.alloc.as_ref() else {
+                continue;
+            };
+            // Re-checked where it lands: the same allocation, still running,
+            // really past its limit by the stamped time.
+            if alloc.alloc_id != *alloc_id
+                || record.job.state != JobState::Running
+                || record.job.cancel_requested
+                || record.job.time_limit_reached
+                || !past_limit(&record.job.spec, alloc.start_ms, now_ms)
+            {
+                continue;
+            }
+            record.job.time_limit_reached = true;
+            let limit_s = record.job.spec.time_limit_s;
+            record.push_event(
+                now_ms,
+                "time-limit",
+                format!("Time limit of {limit_s} s reached; stopping"),
+            );
+            dirty.jobs.insert(*job_id);
+            stopping += 1;
+        }
+        Response::TimeLimitsEnforced { stopping }
+    }
+
     fn apply_plan(
         &mut self,
         snapshot_index: u64,
@@ -608,6 +667,8 @@ impl SmState {
         }
         let final_state = if record.job.cancel_requested {
             JobState::Cancelled
+        } else if record.job.time_limit_reached {
+            JobState::Timeout
         } else if exit_code == 0 && signal == 0 && launch_error.is_empty() {
             JobState::Completed
         } else {
@@ -643,6 +704,13 @@ impl SmState {
         dirty.jobs.insert(job_id);
         Response::Report { accepted: true }
     }
+}
+
+/// True when a job started at `start_ms` with `spec`'s limit is past it at
+/// `now_ms`. A limit of 0 means none.
+fn past_limit(spec: &JobSpec, start_ms: u64, now_ms: u64) -> bool {
+    spec.time_limit_s > 0
+        && now_ms >= start_ms.saturating_add(spec.time_limit_s.saturating_mul(1000))
 }
 
 /// Checks a submit before it makes a job. Deterministic, like all of apply:

@@ -177,4 +177,8 @@ pub struct Job {
     /// Set when a cancel of a running job was committed: the agent stops it
     /// and the exit report finishes it as CANCELLED.
     pub cancel_requested: bool,
+    /// Set when the leader found the job past its time limit: the agent
+    /// stops it with the stop grace and the exit report ends it TIMEOUT.
+    #[serde(default)]
+    pub time_limit_reached: bool,
 }

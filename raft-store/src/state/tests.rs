@@ -298,3 +298,79 @@ fn restarted_agent_loses_allocations_it_does_not_run() {
     assert_eq!(s.data.hosts["h1"].allocated.cpus, 1);
     assert_eq!(s.assignments_for("h1").len(), 1);
 }
+
+#[test]
+fn time_limit_stops_the_job_and_it_ends_timeout() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    let mut dirty = Dirty::default();
+    s.apply(
+        &Command::SubmitJob {
+            request_id: "t".into(),
+            spec: JobSpec {
+                time_limit_s: 60,
+                ..spec("sleep 1000", 1)
+            },
+            now_ms: 0,
+        },
+        &mut dirty,
+    );
+    place(&mut s, 1, "h1", 1); // starts at 2_000 ms
+    let alloc_id = s
+        .job(1)
+        .and_then(|r| r.job.alloc.clone())
+        .map(|a| a.alloc_id)
+        .unwrap_or(0);
+    assert!(s.time_limits_expired(61_999, 10).is_empty());
+    assert_eq!(s.time_limits_expired(62_000, 10), vec![(1, alloc_id)]);
+
+    // A stale or early proposal changes nothing.
+    let early = Command::TimeLimitReached {
+        allocations: vec![(1, alloc_id)],
+        now_ms: 61_000,
+    };
+    assert_eq!(
+        s.apply(&early, &mut dirty),
+        Response::TimeLimitsEnforced { stopping: 0 }
+    );
+    let stale = Command::TimeLimitReached {
+        allocations: vec![(1, alloc_id + 1)],
+        now_ms: 62_000,
+    };
+    assert_eq!(
+        s.apply(&stale, &mut dirty),
+        Response::TimeLimitsEnforced { stopping: 0 }
+    );
+    assert_eq!(s.assignments_for("h1").len(), 1);
+
+    let due = Command::TimeLimitReached {
+        allocations: vec![(1, alloc_id)],
+        now_ms: 62_000,
+    };
+    assert_eq!(
+        s.apply(&due, &mut dirty),
+        Response::TimeLimitsEnforced { stopping: 1 }
+    );
+    assert!(
+        s.assignments_for("h1").is_empty(),
+        "the agent is told to stop it"
+    );
+    assert!(
+        s.time_limits_expired(99_000, 10).is_empty(),
+        "proposed once"
+    );
+    s.apply(
+        &Command::JobExited {
+            job_id: 1,
+            alloc_id,
+            host: "h1".into(),
+            exit_code: 143,
+            signal: 15,
+            launch_error: String::new(),
+            now_ms: 63_000,
+        },
+        &mut dirty,
+    );
+    assert_eq!(s.job(1).map(|r| r.job.state), Some(JobState::Timeout));
+    assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
+}
