@@ -327,3 +327,21 @@ async fn job_over_its_time_limit_ends_timeout() {
     let after = submit(&cluster, "after-time-limit", "exit 0").await;
     wait_for_state(&cluster, after, JobState::Completed).await;
 }
+
+/// A host whose agent goes silent past the heartbeat timeout (5 s in the
+/// harness) has its running jobs ended NODE_FAIL by the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_host_fails_its_running_jobs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut cluster =
+        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("leader");
+
+    let job = submit(&cluster, "silent-host", "sleep 8").await;
+    wait_for_state(&cluster, job, JobState::Running).await;
+    cluster.kill_agent(1).expect("kill agent");
+    wait_for_state(&cluster, job, JobState::NodeFail).await;
+}

@@ -106,6 +106,7 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
         }
         was_leader = is_leader;
         if is_leader {
+            fail_silent_hosts(&node).await;
             enforce_time_limits(&node).await;
             run_pass(&node, &policy).await;
         }
@@ -131,6 +132,38 @@ async fn wake_on_election(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) 
             node.pass_notify.notify_one();
         }
         was_leader = is_leader;
+    }
+}
+
+/// Ends the jobs of hosts whose agents this leader has not heard from
+/// within the heartbeat timeout (after the grace a new leader grants). They
+/// end NODE_FAIL; a host that comes back has its agent stop them, since they
+/// leave its assignment set.
+async fn fail_silent_hosts(node: &Node) {
+    let now = Instant::now();
+    let silent: Vec<String> = node
+        .read(|s| s.hosts_with_allocations())
+        .into_iter()
+        .filter(|h| node.liveness.state(h, now) == HostState::Down)
+        .collect();
+    if silent.is_empty() {
+        return;
+    }
+    let command = Command::HostsSilent {
+        hosts: silent.clone(),
+        timeout_ms: node.config.agents.heartbeat_timeout_ms,
+        now_ms: 0,
+    };
+    match node.propose_local(command).await {
+        Ok(Response::HostsFailed { jobs_ended }) => {
+            tracing::warn!(
+                ?silent,
+                jobs_ended,
+                "hosts stopped heartbeating; their jobs end NODE_FAIL"
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "host failures not committed"),
     }
 }
 

@@ -68,6 +68,13 @@ pub enum Command {
         allocations: Vec<(JobId, u64)>,
         now_ms: u64,
     },
+    /// The leader stopped hearing from these hosts' agents for longer than
+    /// `timeout_ms`: their running jobs end NODE_FAIL.
+    HostsSilent {
+        hosts: Vec<String>,
+        timeout_ms: u64,
+        now_ms: u64,
+    },
     /// The agent started the job's process.
     JobStarted {
         job_id: JobId,
@@ -98,6 +105,7 @@ impl Command {
             | Command::RegisterHost { now_ms, .. }
             | Command::ApplyPlan { now_ms, .. }
             | Command::TimeLimitReached { now_ms, .. }
+            | Command::HostsSilent { now_ms, .. }
             | Command::JobStarted { now_ms, .. }
             | Command::JobExited { now_ms, .. } => *now_ms = now,
         }
@@ -110,6 +118,7 @@ impl Command {
             Command::RegisterHost { .. } => "RegisterHost",
             Command::ApplyPlan { .. } => "ApplyPlan",
             Command::TimeLimitReached { .. } => "TimeLimitReached",
+            Command::HostsSilent { .. } => "HostsSilent",
             Command::JobStarted { .. } => "JobStarted",
             Command::JobExited { .. } => "JobExited",
         }
@@ -136,6 +145,10 @@ pub enum Response {
     /// How many of the named jobs were marked to stop for their time limit.
     TimeLimitsEnforced {
         stopping: u32,
+    },
+    /// How many jobs ended NODE_FAIL because their host went silent.
+    HostsFailed {
+        jobs_ended: u32,
     },
     /// A report about an allocation; `accepted` is false when it is stale.
     Report {

@@ -267,6 +267,18 @@ impl SmState {
                 allocations,
                 now_ms,
             } => self.time_limits_reached(allocations, *now_ms, dirty),
+            Command::HostsSilent {
+                hosts,
+                timeout_ms,
+                now_ms,
+            } => {
+                let mut ended = 0;
+                for host in hosts {
+                    let why = format!("{host} sent no heartbeat for {timeout_ms} ms");
+                    ended += self.fail_allocations(host, &[], &why, *now_ms, dirty);
+                }
+                Response::HostsFailed { jobs_ended: ended }
+            }
             Command::JobStarted {
                 job_id,
                 alloc_id,
@@ -443,6 +455,23 @@ impl SmState {
         now_ms: u64,
         dirty: &mut Dirty,
     ) {
+        let why = format!("the agent on {host} restarted and no longer runs this allocation");
+        self.fail_allocations(host, running_allocs, &why, now_ms, dirty);
+    }
+
+    /// Ends as NODE_FAIL every job running on `host` except allocations in
+    /// `keep`, saying `why`. Returns how many ended. They are not requeued:
+    /// a host that merely lost its network may still run them, and its
+    /// agent stops them when it reconnects (they leave its assignment set).
+    fn fail_allocations(
+        &mut self,
+        host: &str,
+        keep: &[u64],
+        why: &str,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> u32 {
+        let running_allocs = keep;
         let lost: Vec<JobId> = self
             .running
             .iter()
@@ -455,10 +484,12 @@ impl SmState {
             })
             .map(|r| r.job.id)
             .collect();
+        let mut ended = 0u32;
         for job_id in lost {
             let Some(record) = self.data.jobs.get_mut(&job_id) else {
                 continue;
             };
+            ended += 1;
             let resources = record
                 .job
                 .alloc
@@ -467,19 +498,25 @@ impl SmState {
                 .unwrap_or_default();
             record.job.state = JobState::NodeFail;
             record.job.end_ms = now_ms;
-            record.push_event(
-                now_ms,
-                "node-fail",
-                format!(
-                    "NODE_FAIL: the agent on {host} restarted and no longer runs this allocation"
-                ),
-            );
+            record.push_event(now_ms, "node-fail", format!("NODE_FAIL: {why}"));
             self.running.remove(&job_id);
             if let Some(h) = self.data.hosts.get_mut(host) {
                 h.allocated = h.allocated.saturating_sub(resources);
             }
             dirty.jobs.insert(job_id);
+            dirty.hosts.insert(host.to_string());
         }
+        ended
+    }
+
+    /// Hosts that run allocations, for the leader to check against its
+    /// heartbeat deadlines.
+    pub fn hosts_with_allocations(&self) -> BTreeSet<String> {
+        self.running
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id))
+            .filter_map(|r| r.job.alloc.as_ref().map(|a| a.host.clone()))
+            .collect()
     }
 
     /// Running jobs past their time limit at `now_ms` that are not being

@@ -374,3 +374,42 @@ fn time_limit_stops_the_job_and_it_ends_timeout() {
     assert_eq!(s.job(1).map(|r| r.job.state), Some(JobState::Timeout));
     assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
 }
+
+#[test]
+fn silent_host_fails_its_jobs_only() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    register(&mut s, "h2", 4);
+    submit(&mut s, "a", 1);
+    submit(&mut s, "b", 1);
+    place(&mut s, 1, "h1", 1);
+    place(&mut s, 2, "h2", 1);
+    assert_eq!(
+        s.hosts_with_allocations().into_iter().collect::<Vec<_>>(),
+        vec!["h1".to_string(), "h2".to_string()]
+    );
+    let mut dirty = Dirty::default();
+    let r = s.apply(
+        &Command::HostsSilent {
+            hosts: vec!["h1".into()],
+            timeout_ms: 10_000,
+            now_ms: 50_000,
+        },
+        &mut dirty,
+    );
+    assert_eq!(r, Response::HostsFailed { jobs_ended: 1 });
+    assert_eq!(s.job(1).map(|r| r.job.state), Some(JobState::NodeFail));
+    assert_eq!(s.job(2).map(|r| r.job.state), Some(JobState::Running));
+    assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
+    assert!(s.assignments_for("h1").is_empty());
+    // Proposed again (a retry), it finds nothing more to end.
+    let again = s.apply(
+        &Command::HostsSilent {
+            hosts: vec!["h1".into()],
+            timeout_ms: 10_000,
+            now_ms: 51_000,
+        },
+        &mut dirty,
+    );
+    assert_eq!(again, Response::HostsFailed { jobs_ended: 0 });
+}
