@@ -13,6 +13,18 @@ use berth_proto::api::{
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 const JOB_DEADLINE: Duration = Duration::from_secs(60);
 
+/// A default cluster (3 nodes, 1 agent) under `tmp`, with its first
+/// leader elected; returns the leader's id too.
+async fn started_cluster(tmp: &tempfile::TempDir) -> (LocalCluster, u64) {
+    let cluster =
+        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
+    let leader = cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("first leader");
+    (cluster, leader)
+}
+
 /// Submits through any live node, retrying on another with the same
 /// request id (idempotent) while the cluster elects a leader.
 async fn submit(cluster: &LocalCluster, request_id: &str, command: &str) -> u64 {
@@ -115,12 +127,7 @@ fn read_output(path: &std::path::Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_runs_and_cluster_survives_leader_kill() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut cluster =
-        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
-    let leader = cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("first leader");
+    let (mut cluster, leader) = started_cluster(&tmp).await;
 
     let out1 = tmp.path().join("job1.txt");
     let job1 = submit(
@@ -179,12 +186,7 @@ async fn job_runs_and_cluster_survives_leader_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_of_all_nodes_keeps_jobs_and_id_counter() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut cluster =
-        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
-    cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("leader");
+    let (mut cluster, _) = started_cluster(&tmp).await;
 
     let ok = submit(&cluster, "restart-ok", "exit 0").await;
     let bad = submit(&cluster, "restart-bad", "exit 3").await;
@@ -235,12 +237,7 @@ async fn restart_of_all_nodes_keeps_jobs_and_id_counter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_agent_never_runs_a_job_twice() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut cluster =
-        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
-    cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("leader");
+    let (mut cluster, _) = started_cluster(&tmp).await;
 
     let starts = tmp.path().join("starts.txt");
     let job = submit(
@@ -306,12 +303,7 @@ async fn restarted_agent_never_runs_a_job_twice() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn job_over_its_time_limit_ends_timeout() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let cluster =
-        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
-    cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("leader");
+    let (cluster, _) = started_cluster(&tmp).await;
 
     let marker = tmp.path().join("overran.txt");
     let job = submit_with_limit(
@@ -333,12 +325,7 @@ async fn job_over_its_time_limit_ends_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_host_fails_its_running_jobs() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let mut cluster =
-        LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start cluster");
-    cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("leader");
+    let (mut cluster, _) = started_cluster(&tmp).await;
 
     let job = submit(&cluster, "silent-host", "sleep 8").await;
     wait_for_state(&cluster, job, JobState::Running).await;

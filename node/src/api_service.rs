@@ -13,7 +13,7 @@ use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::berth_api_server::BerthApi;
 use berth_proto::api::*;
 use berth_raft_store::{state::validate_submit, Command, Response as SmResponse};
-use berth_scheduler::{fits, Host as SchedHost, JobState as SmJobState};
+use berth_scheduler::{fits, JobState as SmJobState};
 use futures::Stream;
 use openraft::BasicNode;
 use tokio_stream::wrappers::ReceiverStream;
@@ -211,12 +211,7 @@ impl BerthApi for ApiService {
             let request = record.job.spec.per_host();
             s.hosts()
                 .map(|h| {
-                    let view = SchedHost {
-                        name: h.name.clone(),
-                        inventory: h.inventory.clone(),
-                        state: self.node.liveness.state(&h.name, now),
-                        allocated: h.allocated,
-                    };
+                    let view = h.view(self.node.liveness.state(&h.name, now));
                     let lacks = match fits(&view, request) {
                         Ok(()) => "nothing: fits now".to_string(),
                         Err(lacks) => lacks

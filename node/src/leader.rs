@@ -195,10 +195,9 @@ async fn enforce_time_limits(node: &Node) {
 /// with the snapshot's applied index. `apply` re-checks every placement.
 async fn run_pass(node: &Node, policy: &Policy) {
     let started = Instant::now();
-    let now = Instant::now();
     let (snapshot, snapshot_index) = node.read(|state| {
         (
-            state.scheduler_snapshot(|host| node.liveness.state(host, now)),
+            state.scheduler_snapshot(|host| node.liveness.state(host, started)),
             state.applied_index(),
         )
     });

@@ -65,6 +65,18 @@ pub struct HostRecord {
     pub allocated: Resources,
 }
 
+impl HostRecord {
+    /// The host as the scheduler's `fits` sees it, in `state`.
+    pub fn view(&self, state: HostState) -> Host {
+        Host {
+            name: self.name.clone(),
+            inventory: self.inventory.clone(),
+            state,
+            allocated: self.allocated,
+        }
+    }
+}
+
 /// The persisted part of the state, as a snapshot carries it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SmData {
@@ -189,12 +201,7 @@ impl SmState {
             .data
             .hosts
             .values()
-            .map(|h| Host {
-                name: h.name.clone(),
-                inventory: h.inventory.clone(),
-                state: host_state(&h.name),
-                allocated: h.allocated,
-            })
+            .map(|h| h.view(host_state(&h.name)))
             .collect();
         let pending = self
             .pending
@@ -471,7 +478,6 @@ impl SmState {
         now_ms: u64,
         dirty: &mut Dirty,
     ) -> u32 {
-        let running_allocs = keep;
         let lost: Vec<JobId> = self
             .running
             .iter()
@@ -480,7 +486,7 @@ impl SmState {
                 r.job
                     .alloc
                     .as_ref()
-                    .is_some_and(|a| a.host == host && !running_allocs.contains(&a.alloc_id))
+                    .is_some_and(|a| a.host == host && !keep.contains(&a.alloc_id))
             })
             .map(|r| r.job.id)
             .collect();
@@ -490,23 +496,31 @@ impl SmState {
                 continue;
             };
             ended += 1;
-            let resources = record
-                .job
-                .alloc
-                .as_ref()
-                .map(|a| a.resources)
-                .unwrap_or_default();
             record.job.state = JobState::NodeFail;
             record.job.end_ms = now_ms;
             record.push_event(now_ms, "node-fail", format!("NODE_FAIL: {why}"));
-            self.running.remove(&job_id);
-            if let Some(h) = self.data.hosts.get_mut(host) {
-                h.allocated = h.allocated.saturating_sub(resources);
-            }
-            dirty.jobs.insert(job_id);
-            dirty.hosts.insert(host.to_string());
+            self.release_allocation(job_id, dirty);
         }
         ended
+    }
+
+    /// A running job has reached its final state: its allocation's
+    /// resources go back to its host and it leaves the running index.
+    fn release_allocation(&mut self, job_id: JobId, dirty: &mut Dirty) {
+        self.running.remove(&job_id);
+        dirty.jobs.insert(job_id);
+        let Some(alloc) = self
+            .data
+            .jobs
+            .get(&job_id)
+            .and_then(|r| r.job.alloc.as_ref())
+        else {
+            return;
+        };
+        if let Some(h) = self.data.hosts.get_mut(&alloc.host) {
+            h.allocated = h.allocated.saturating_sub(alloc.resources);
+            dirty.hosts.insert(alloc.host.clone());
+        }
     }
 
     /// Hosts that run allocations, for the leader to check against its
@@ -614,13 +628,8 @@ impl SmState {
         let Some(host) = self.data.hosts.get_mut(&placement.host) else {
             return false;
         };
-        let view = Host {
-            name: host.name.clone(),
-            inventory: host.inventory.clone(),
-            state: HostState::Up,
-            allocated: host.allocated,
-        };
-        if fits(&view, placement.resources).is_err() {
+        // Liveness is leader soft state; the re-check is about capacity.
+        if fits(&host.view(HostState::Up), placement.resources).is_err() {
             return false;
         }
         host.allocated = host.allocated.saturating_add(placement.resources);
@@ -727,18 +736,7 @@ impl SmState {
             "ended",
             format!("{} on {host}: {how}", final_state.slurm_name()),
         );
-        let resources = record
-            .job
-            .alloc
-            .as_ref()
-            .map(|a| a.resources)
-            .unwrap_or_default();
-        self.running.remove(&job_id);
-        if let Some(h) = self.data.hosts.get_mut(host) {
-            h.allocated = h.allocated.saturating_sub(resources);
-            dirty.hosts.insert(host.to_string());
-        }
-        dirty.jobs.insert(job_id);
+        self.release_allocation(job_id, dirty);
         Response::Report { accepted: true }
     }
 }
