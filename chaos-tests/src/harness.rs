@@ -42,6 +42,12 @@ pub fn bin_dir() -> Result<PathBuf, HarnessError> {
     Ok(dir)
 }
 
+/// A binary of the workspace (`berth`, `berthd`, ...), as [`bin_dir`]
+/// finds them.
+pub fn tool(name: &str) -> Result<PathBuf, HarnessError> {
+    binary(&bin_dir()?, name)
+}
+
 fn binary(dir: &Path, name: &str) -> Result<PathBuf, HarnessError> {
     let path = dir.join(name);
     if path.exists() {
@@ -136,6 +142,15 @@ impl Default for ClusterOptions {
 impl LocalCluster {
     /// Writes configs under `dir` and starts every node and agent.
     pub fn start(dir: &Path, options: &ClusterOptions) -> Result<LocalCluster, HarnessError> {
+        let mut cluster = Self::configure(dir, options)?;
+        cluster.start_all()?;
+        Ok(cluster)
+    }
+
+    /// Writes configs under `dir` (node `id`'s data in `dir/node-{id}`, its
+    /// config in `dir/node-{id}.toml`, node 1 bootstraps) and starts
+    /// nothing, so a test can prepare the nodes' data first.
+    pub fn configure(dir: &Path, options: &ClusterOptions) -> Result<LocalCluster, HarnessError> {
         let bins = bin_dir()?;
         let berthd = binary(&bins, "berthd")?;
         let agent_bin = binary(&bins, "berth-agent")?;
@@ -168,23 +183,34 @@ impl LocalCluster {
                 child: None,
             });
         }
-        let mut cluster = LocalCluster {
+        let agents = (0..options.agents)
+            .map(|_| (options.agent_cpus, None))
+            .collect();
+        Ok(LocalCluster {
             dir: dir.to_path_buf(),
             berthd,
             agent_bin,
             nodes,
-            agents: Vec::new(),
-        };
-        for id in 1..=options.nodes {
-            cluster.start_node(id)?;
+            agents,
+        })
+    }
+
+    /// Starts every node and agent that is not running.
+    pub fn start_all(&mut self) -> Result<(), HarnessError> {
+        self.start_stopped_nodes()?;
+        for i in 1..=self.agents.len() as u32 {
+            self.start_agent(i)?;
         }
-        for _ in 1..=options.agents {
-            cluster.agents.push((options.agent_cpus, None));
-        }
-        for i in 1..=options.agents {
-            cluster.start_agent(i)?;
-        }
-        Ok(cluster)
+        Ok(())
+    }
+
+    /// Node `id`'s config file.
+    pub fn node_config(&self, id: u64) -> Result<&Path, HarnessError> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .map(|n| n.config_path.as_path())
+            .ok_or(HarnessError::NoSuchNode(id))
     }
 
     fn log_file(&self, name: &str) -> Result<(Stdio, Stdio), HarnessError> {

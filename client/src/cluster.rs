@@ -11,9 +11,9 @@
 use crate::connect::{connect_one, ApiClient, ConnectFailure};
 use crate::error::ClientError;
 use berth_proto::api::{
-    CancelJobRequest, CancelJobResponse, ClusterStatusRequest, ClusterStatusResponse,
-    ExplainJobRequest, ExplainJobResponse, GetJobRequest, Job, ListJobsRequest, ListJobsResponse,
-    SubmitJobRequest, SubmitJobResponse,
+    BackupChunk, BackupStateRequest, CancelJobRequest, CancelJobResponse, ClusterStatusRequest,
+    ClusterStatusResponse, ExplainJobRequest, ExplainJobResponse, GetJobRequest, Job,
+    ListJobsRequest, ListJobsResponse, SubmitJobRequest, SubmitJobResponse,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -198,6 +198,13 @@ impl Cluster {
     /// Why a job is where it is.
     pub async fn explain_job(&mut self, job_id: u64) -> Result<ExplainJobResponse, ClientError> {
         self.call(|mut c| async move { c.explain_job(ExplainJobRequest { job_id }).await })
+            .await
+    }
+
+    /// Starts a backup stream (`BackupState`). Only the start is retried
+    /// across servers; a stream that breaks off must be asked for again.
+    pub async fn backup_state(&mut self) -> Result<tonic::Streaming<BackupChunk>, ClientError> {
+        self.call(|mut c| async move { c.backup_state(BackupStateRequest {}).await })
             .await
     }
 

@@ -8,7 +8,9 @@
 //! - [`time`], [`mem`], [`state`], [`export`], [`script`]: Slurm's input
 //!   formats (`-t`, `--mem`, `-t` states, `--export`, `#SBATCH` lines).
 //! - [`queue`], [`show`], [`json`]: output as squeue, scontrol, or JSON.
+//! - [`backup`]: receiving a backup stream into a file atomically.
 
+pub mod backup;
 pub mod cluster;
 pub mod connect;
 pub mod error;

@@ -12,7 +12,9 @@ use std::time::Instant;
 use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::berth_api_server::BerthApi;
 use berth_proto::api::*;
-use berth_raft_store::{state::validate_submit, Command, Response as SmResponse};
+use berth_raft_store::{
+    state::validate_submit, Command, Response as SmResponse, StateMachineStore,
+};
 use berth_scheduler::{fits, JobState as SmJobState};
 use futures::Stream;
 use openraft::BasicNode;
@@ -32,13 +34,16 @@ const EVENT_STREAM_BUFFER: usize = 64;
 pub struct ApiService {
     pub node: Arc<Node>,
     leader_api: Mutex<Option<(String, BerthApiClient<Channel>)>>,
+    /// The state-machine store, read for backups (`BackupState`).
+    state_machine: StateMachineStore,
 }
 
 impl ApiService {
-    pub fn new(node: Arc<Node>) -> ApiService {
+    pub fn new(node: Arc<Node>, state_machine: StateMachineStore) -> ApiService {
         ApiService {
             node,
             leader_api: Mutex::new(None),
+            state_machine,
         }
     }
 
@@ -429,6 +434,21 @@ impl BerthApi for ApiService {
         _: Request<ListReservationsRequest>,
     ) -> Result<Response<ListReservationsResponse>, Status> {
         Err(not_yet("reservations"))
+    }
+
+    type BackupStateStream = crate::backup_service::BackupStream;
+
+    async fn backup_state(
+        &self,
+        request: Request<BackupStateRequest>,
+    ) -> Result<Response<Self::BackupStateStream>, Status> {
+        let req = request.into_inner();
+        if let Some(mut leader) = self.leader_client()? {
+            let upstream = leader.backup_state(req).await?.into_inner();
+            return Ok(Response::new(Box::pin(upstream)));
+        }
+        let stream = crate::backup_service::backup_state(&self.node, &self.state_machine).await?;
+        Ok(Response::new(stream))
     }
 }
 

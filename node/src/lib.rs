@@ -4,6 +4,7 @@
 //! - [`node`]: a running node (Raft instance, store, proposals and forwarding);
 //! - [`network`]: the Raft transport client (openraft's `RaftNetwork` over gRPC);
 //! - [`raft_service`], [`api_service`], [`agent_service`]: the gRPC services;
+//! - [`backup_service`]: the leader's side of `berth admin backup`;
 //! - [`leader`]: the leader's scheduling loop and host liveness (leader soft
 //!   state, invariant 5);
 //! - [`metrics`]: Prometheus metrics at `/metrics`;
@@ -16,6 +17,7 @@
 
 pub mod agent_service;
 pub mod api_service;
+pub mod backup_service;
 pub mod config;
 pub mod convert;
 pub mod dev;

@@ -1,8 +1,9 @@
 //! berthd: run one Berth controller node (`--config FILE`), or a whole
 //! local cluster for trying Berth out (`berthd dev`), or look after a
-//! node's store (`berthd store check DIR`).
+//! node's store (`berthd store check DIR`, `berthd store restore`).
 
 mod store_check;
+mod store_restore;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,34 @@ enum StoreCmd {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Make a new node's store from a backup file (`berth admin backup`):
+    /// verifies the file, refuses a non-empty data directory, and writes a
+    /// store holding the backed-up state under the new cluster's
+    /// membership. Start this node with it and the other members with
+    /// empty data directories; they receive the state as a Raft snapshot.
+    Restore {
+        /// The backup file.
+        #[arg(long, value_name = "FILE")]
+        from: PathBuf,
+        /// Take data_dir, node_id and members from this node's config file.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["data_dir", "node_id", "members"])]
+        config: Option<PathBuf>,
+        /// The new node's data_dir (absent or empty).
+        #[arg(long, value_name = "DIR", required_unless_present = "config")]
+        data_dir: Option<PathBuf>,
+        /// The new node's id; one of the members.
+        #[arg(long, value_name = "N", required_unless_present = "config")]
+        node_id: Option<u64>,
+        /// Every voter of the new cluster: ID=HOST:PORT, comma-separated
+        /// or repeated.
+        #[arg(
+            long,
+            value_name = "ID=HOST:PORT,...",
+            value_delimiter = ',',
+            required_unless_present = "config"
+        )]
+        members: Vec<String>,
+    },
 }
 
 fn init_tracing() {
@@ -58,11 +87,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Store commands need no runtime and must not start one that could
     // touch the store.
-    if let Some(Cmd::Store(StoreCmd::Check { dir })) = &cli.command {
-        return match store_check::run(dir) {
+    if let Some(Cmd::Store(command)) = &cli.command {
+        return match run_store_command(command) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("berthd: error: {e:#}");
+                eprintln!("berthd: error: {}", one_line(&e));
                 ExitCode::FAILURE
             }
         };
@@ -80,7 +109,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match (cli.command, cli.config) {
             (Some(Cmd::Dev(args)), _) => dev::run(args).await,
-            (Some(Cmd::Store(StoreCmd::Check { dir })), _) => store_check::run(&dir),
+            (Some(Cmd::Store(command)), _) => run_store_command(&command),
             (None, Some(path)) => run_node(path).await,
             (None, None) => Err(anyhow::anyhow!(
                 "give --config FILE to run a node, or `berthd dev`"
@@ -92,6 +121,29 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("berthd: error: {}", one_line(&e));
             ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_store_command(command: &StoreCmd) -> anyhow::Result<()> {
+    match command {
+        StoreCmd::Check { dir } => store_check::run(dir),
+        StoreCmd::Restore {
+            from,
+            config,
+            data_dir,
+            node_id,
+            members,
+        } => {
+            let target = match (config, data_dir, node_id) {
+                (Some(config), _, _) => store_restore::Target::from_config(config)?,
+                (None, Some(data_dir), Some(node_id)) => {
+                    store_restore::Target::from_flags(data_dir.clone(), *node_id, members)?
+                }
+                // clap requires these unless --config is given.
+                _ => anyhow::bail!("give --config FILE, or --data-dir, --node-id and --members"),
+            };
+            store_restore::run(from, &target)
         }
     }
 }
@@ -139,5 +191,42 @@ async fn wait_for_stop_signal() {
         Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn restore_takes_a_config_or_all_three_flags() {
+        Cli::command().debug_assert();
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(
+                ["berthd", "store", "restore", "--from", "b.backup"]
+                    .iter()
+                    .chain(args),
+            )
+        };
+        assert!(parse(&["--config", "node-1.toml"]).is_ok());
+        let flags = parse(&[
+            "--data-dir",
+            "/d",
+            "--node-id",
+            "1",
+            "--members",
+            "1=h1:7101,2=h2:7101",
+        ])
+        .expect("flags");
+        match flags.command {
+            Some(Cmd::Store(StoreCmd::Restore { members, .. })) => {
+                assert_eq!(members, vec!["1=h1:7101", "2=h2:7101"])
+            }
+            _ => panic!("not a restore"),
+        }
+        assert!(parse(&[]).is_err(), "nothing says where to restore");
+        assert!(parse(&["--data-dir", "/d", "--node-id", "1"]).is_err());
+        assert!(parse(&["--config", "c.toml", "--node-id", "1"]).is_err());
     }
 }

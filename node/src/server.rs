@@ -74,6 +74,8 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         source,
     })?;
     let store = berth_raft_store::open(&store_path(&config.data_dir))?;
+    // Backups read the state machine's RocksDB (a cheap handle clone).
+    let backup_source = store.state_machine.clone();
     let raft_cfg = Arc::new(raft_config(&config)?);
     let raft = Raft::new(
         config.node_id,
@@ -87,7 +89,7 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     let listen = config.listen;
     let node = Arc::new(Node::new(config, raft, store.state, store.applied));
 
-    let api = BerthApiServer::new(ApiService::new(node.clone()))
+    let api = BerthApiServer::new(ApiService::new(node.clone(), backup_source))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let agents = AgentServiceServer::new(AgentServiceImpl { node: node.clone() })

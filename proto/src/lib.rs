@@ -35,3 +35,6 @@ pub use berth::v1 as api;
 /// Largest gRPC message any Berth endpoint accepts or sends, in bytes.
 /// Snapshot chunks are 1 MiB; job lists are bounded by `limit`.
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest `data` of one `BackupChunk` in a `BackupState` stream, in bytes.
+pub const BACKUP_CHUNK_BYTES: usize = 1024 * 1024;

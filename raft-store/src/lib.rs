@@ -5,6 +5,8 @@
 //! - [`state`]: the in-memory scheduler state and its deterministic `apply`.
 //! - [`store`]: the RocksDB layout, log storage and state-machine storage.
 //! - [`check`]: read-only verification of a store (`berthd store check`).
+//! - [`backup`]: the backup file (`berth admin backup`) and restoring one
+//!   into a new store (`berthd store restore`).
 //!
 //! Durability (invariant 4): every log append, vote and state-machine batch
 //! is written with a synced WAL before openraft is told it is durable.
@@ -12,12 +14,14 @@
 // openraft's error types are large by design; its own crates allow this.
 #![allow(clippy::result_large_err)]
 
+pub mod backup;
 pub mod check;
 pub mod command;
 pub mod error;
 pub mod state;
 pub mod store;
 
+pub use backup::{Backup, BackupError, BackupHeader};
 pub use check::{check, CheckReport};
 pub use command::{Command, Request, Response, COMMAND_VERSION};
 pub use error::StoreError;

@@ -33,6 +33,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::backup::Backup;
 use crate::command::{Response, COMMAND_VERSION};
 use crate::error::StoreError;
 use crate::state::{Counters, Dirty, SharedState, SmData, SmState};
@@ -645,6 +646,22 @@ impl StateMachineStore {
         Ok(())
     }
 
+    /// A backup of the applied state (`berth admin backup`): the same bytes
+    /// a Raft snapshot built now would carry, from one RocksDB snapshot, so
+    /// it is the state after exactly one apply batch. Takes no lock; apply
+    /// goes on meanwhile. Blocking: run it off the async threads.
+    pub fn backup(&self, created_ms: u64) -> Result<Backup, StoreError> {
+        let state = serialize_state(&self.db)?;
+        Ok(Backup::new(
+            state.last_applied,
+            state.membership,
+            created_ms,
+            state.jobs,
+            state.hosts,
+            state.bytes,
+        ))
+    }
+
     fn read_state(&self) -> std::sync::RwLockReadGuard<'_, SmState> {
         // A poisoned lock means a panic mid-apply; the state may be half
         // changed and must not be served.
@@ -691,6 +708,7 @@ pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
         None => Counters::default(),
     };
 
+    let mut rows = [0u64; 3];
     let mut out: Vec<u8> = Vec::new();
     out.extend_from_slice(b"{\"last_applied\":");
     serde_json::to_writer(&mut out, &last_applied)?;
@@ -698,11 +716,14 @@ pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
     serde_json::to_writer(&mut out, &membership)?;
     out.extend_from_slice(b",\"counters\":");
     serde_json::to_writer(&mut out, &counters)?;
-    for (field, table) in [
+    for (n, (field, table)) in [
         ("jobs", CF_SM_JOBS),
         ("hosts", CF_SM_HOSTS),
         ("request_ids", CF_SM_REQUESTS),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         out.extend_from_slice(b",\"");
         out.extend_from_slice(field.as_bytes());
         out.extend_from_slice(b"\":{");
@@ -733,6 +754,7 @@ pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
             out.push(b':');
             serde_json::from_slice::<serde::de::IgnoredAny>(&value)?;
             out.extend_from_slice(&value);
+            rows[n] += 1;
         }
         out.push(b'}');
     }
@@ -741,6 +763,8 @@ pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
         bytes: out,
         last_applied,
         membership,
+        jobs: rows[0],
+        hosts: rows[1],
     })
 }
 
@@ -749,6 +773,9 @@ pub(crate) struct SerializedState {
     pub bytes: Vec<u8>,
     pub last_applied: Option<LogId<NodeId>>,
     pub membership: StoredMembership<NodeId, BasicNode>,
+    /// Rows of `sm_jobs` and `sm_hosts` serialized.
+    pub jobs: u64,
+    pub hosts: u64,
 }
 
 fn snapshot_id(last_applied: Option<LogId<NodeId>>) -> String {

@@ -1,6 +1,7 @@
 //! Command-line surface: which tool was invoked, its arguments, and the
 //! dispatch to one module per command.
 
+pub mod admin;
 pub mod cancel;
 pub mod clap_errors;
 pub mod cluster;
@@ -95,6 +96,9 @@ pub enum Command {
     /// Simulate the scheduler: scenarios, trace replay, pass benchmark
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Cluster administration: backups
+    #[command(subcommand)]
+    Admin(admin::AdminCommand),
 }
 
 /// `sbatch`: berth submit under Slurm's name.
@@ -185,6 +189,7 @@ pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode>
         Command::Explain(args) => explain::run(&global, args).await,
         Command::Cluster(command) => cluster::run(&global, command).await,
         Command::Sim(command) => sim::run(command),
+        Command::Admin(command) => admin::run(&global, command).await,
     }
 }
 

@@ -256,4 +256,13 @@ impl BerthApi for FakeNode {
     ) -> Reply<ListReservationsResponse> {
         unimplemented()
     }
+
+    type BackupStateStream = tonic::codegen::tokio_stream::Empty<Result<BackupChunk, Status>>;
+
+    async fn backup_state(
+        &self,
+        _r: Request<BackupStateRequest>,
+    ) -> Reply<Self::BackupStateStream> {
+        unimplemented()
+    }
 }
