@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use berth_chaos::harness::{status_of, ClusterOptions, LocalCluster};
 use berth_proto::api::{
-    GetJobRequest, JobSpec, JobState, ListJobsRequest, SubmitJobRequest, WatchJobEventsRequest,
+    Account, GetJobRequest, JobSpec, JobState, Limits, ListJobsRequest, ListQosRequest, Qos,
+    SubmitJobRequest, WatchJobEventsRequest,
 };
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
@@ -69,6 +70,19 @@ async fn submit_with_limit(
 }
 
 async fn wait_for_state(cluster: &LocalCluster, job_id: u64, want: JobState) {
+    wait_for_job(cluster, job_id, &format!("{want:?}"), |job| {
+        job.state == want as i32
+    })
+    .await;
+}
+
+/// Waits until `done` holds for the job as a linearizable read shows it.
+async fn wait_for_job(
+    cluster: &LocalCluster,
+    job_id: u64,
+    what: &str,
+    done: impl Fn(&berth_proto::api::Job) -> bool,
+) {
     let start = Instant::now();
     let mut last = String::new();
     while start.elapsed() < JOB_DEADLINE {
@@ -82,13 +96,14 @@ async fn wait_for_state(cluster: &LocalCluster, job_id: u64, want: JobState) {
             {
                 Ok(job) => {
                     let job = job.into_inner();
-                    if job.state == want as i32 {
+                    if done(&job) {
                         return;
                     }
                     last = format!(
-                        "state {:?} reason {}",
+                        "state {:?} reason {} ({})",
                         JobState::try_from(job.state),
-                        job.reason
+                        job.reason,
+                        job.reason_text
                     );
                 }
                 Err(e) => last = e.to_string(),
@@ -96,7 +111,7 @@ async fn wait_for_state(cluster: &LocalCluster, job_id: u64, want: JobState) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("job {job_id} did not reach {want:?} within {JOB_DEADLINE:?}; last seen: {last}");
+    panic!("job {job_id} did not reach {what} within {JOB_DEADLINE:?}; last seen: {last}");
 }
 
 async fn all_job_ids(cluster: &LocalCluster) -> Vec<u64> {
@@ -331,4 +346,86 @@ async fn silent_host_fails_its_running_jobs() {
     wait_for_state(&cluster, job, JobState::Running).await;
     cluster.kill_agent(1).expect("kill agent");
     wait_for_state(&cluster, job, JobState::NodeFail).await;
+}
+
+/// QOS and account limits reach the live cluster through the admin API: a
+/// QOS with GrpJobs = 1 lets one of the account's jobs run and holds the
+/// next with Slurm's reason and the numbers; a negative nice beyond the
+/// account's max_priority is refused; raising the limit lets the waiting
+/// job start.
+#[tokio::test(flavor = "multi_thread")]
+async fn qos_limits_hold_jobs_until_raised() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (cluster, _) = started_cluster(&tmp).await;
+    let mut client = cluster.client().await.expect("client");
+    let team = |grp_jobs: u32| Qos {
+        name: "team".into(),
+        limits: Some(Limits {
+            grp_jobs: Some(grp_jobs),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    client.upsert_qos(team(1)).await.expect("upsert qos");
+    client
+        .upsert_account(Account {
+            name: "lab".into(),
+            users: vec!["tester".into()],
+            default_qos: "team".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("upsert account");
+    let refused = client
+        .upsert_account(Account {
+            name: "orphan".into(),
+            parent: "nowhere".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("unknown parent");
+    assert_eq!(
+        refused.message(),
+        "account orphan: no parent account nowhere"
+    );
+
+    let first = submit(&cluster, "qos-1", "sleep 30").await;
+    let second = submit(&cluster, "qos-2", "sleep 30").await;
+    wait_for_state(&cluster, first, JobState::Running).await;
+    wait_for_job(&cluster, second, "QOSGrpJobsLimit", |job| {
+        job.reason == "QOSGrpJobsLimit"
+            && job
+                .reason_text
+                .ends_with("running jobs 1 + 1 > 1 (QOS team GrpJobs)")
+    })
+    .await;
+
+    let nice = client
+        .submit_job(SubmitJobRequest {
+            request_id: "qos-nice".into(),
+            spec: Some(JobSpec {
+                user: "tester".into(),
+                command: "true".into(),
+                cpus: 1,
+                nice: -5,
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect_err("nice above entitlement");
+    assert_eq!(
+        nice.message(),
+        "permission denied: nice -5 asks priority 5, above account lab's max_priority 0"
+    );
+
+    client.upsert_qos(team(2)).await.expect("raise limit");
+    wait_for_state(&cluster, second, JobState::Running).await;
+    let listed = client
+        .list_qos(ListQosRequest {})
+        .await
+        .expect("list qos")
+        .into_inner()
+        .qos;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].limits.as_ref().and_then(|l| l.grp_jobs), Some(2));
 }

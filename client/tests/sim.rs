@@ -40,7 +40,7 @@ fn unsupported_keys_fail_naming_file_and_key() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        format!("berth: error: {scenario}: qos is not supported by this simulator yet\n")
+        format!("berth: error: {scenario}: scheduler.preemption_enabled is not supported by this simulator yet\n")
     );
     assert!(out.stdout.is_empty());
 }

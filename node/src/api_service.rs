@@ -12,10 +12,12 @@ use std::time::Instant;
 use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::berth_api_server::BerthApi;
 use berth_proto::api::*;
+use berth_raft_store::policy::PolicyChange;
 use berth_raft_store::{
     state::validate_submit, Command, Response as SmResponse, StateMachineStore,
 };
-use berth_scheduler::{fits, JobState as SmJobState};
+use berth_scheduler::explain::explain_hosts;
+use berth_scheduler::JobState as SmJobState;
 use futures::Stream;
 use openraft::BasicNode;
 use tokio_stream::wrappers::ReceiverStream;
@@ -25,6 +27,7 @@ use tonic::{Request, Response, Status};
 use crate::convert;
 use crate::network::channel;
 use crate::node::{Node, ProposeError};
+use crate::policy_convert;
 
 /// Most jobs one ListJobs answer carries.
 pub const LIST_JOBS_MAX: usize = 10_000;
@@ -48,6 +51,22 @@ impl ApiService {
     }
 
     /// A client for the leader's API, when this node is not the leader.
+    /// Proposes a policy change; a refusal comes back as INVALID_ARGUMENT
+    /// with the state machine's words.
+    async fn set_policy(&self, change: PolicyChange) -> Result<Response<AdminResponse>, Status> {
+        match self
+            .node
+            .propose(Command::SetPolicy { change, now_ms: 0 })
+            .await?
+        {
+            SmResponse::PolicySet => Ok(Response::new(AdminResponse {
+                log_index: self.node.read(|s| s.applied_index()),
+            })),
+            SmResponse::Rejected { reason } => Err(rejected(reason)),
+            other => Err(unexpected(other)),
+        }
+    }
+
     fn leader_client(&self) -> Result<Option<BerthApiClient<Channel>>, Status> {
         if self.node.is_leader() {
             return Ok(None);
@@ -78,12 +97,26 @@ impl ApiService {
         convert::effective_reason(record, reasons.get(&record.job.id))
     }
 
+    /// A job with its reason and, for a pending one, the last pass's
+    /// sentence with the numbers.
+    fn job_to_proto(&self, record: &berth_raft_store::JobRecord) -> Job {
+        let mut job = convert::job_to_proto(record, &self.reason_of(record));
+        if record.job.state == SmJobState::Pending {
+            let details = self
+                .node
+                .last_details
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(detail) = details.get(&record.job.id) {
+                job.reason_text = format!("{}: {detail}", job.reason_text);
+            }
+        }
+        job
+    }
+
     fn job_proto(&self, job_id: u64) -> Result<Job, Status> {
         self.node
-            .read(|s| {
-                s.job(job_id)
-                    .map(|r| convert::job_to_proto(r, &self.reason_of(r)))
-            })
+            .read(|s| s.job(job_id).map(|r| self.job_to_proto(r)))
             .ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))
     }
 }
@@ -189,7 +222,7 @@ impl BerthApi for ApiService {
             let jobs: Vec<Job> = matched
                 .by_ref()
                 .take(limit)
-                .map(|r| convert::job_to_proto(r, &self.reason_of(r)))
+                .map(|r| self.job_to_proto(r))
                 .collect();
             (jobs, matched.next().is_some())
         });
@@ -213,22 +246,17 @@ impl BerthApi for ApiService {
             if record.job.state != SmJobState::Pending {
                 return Vec::new();
             }
-            let request = record.job.spec.per_host();
-            s.hosts()
-                .map(|h| {
-                    let view = h.view(self.node.liveness.state(&h.name, now));
-                    let lacks = match fits(&view, request) {
-                        Ok(()) => "nothing: fits now".to_string(),
-                        Err(lacks) => lacks
-                            .iter()
-                            .map(|l| l.to_string())
-                            .collect::<Vec<_>>()
-                            .join("; "),
-                    };
-                    HostRejection {
-                        host: h.name.clone(),
-                        lacks,
-                    }
+            // The same view the pass has: hosts with their partitions and
+            // liveness, the job with its resolved account, QOS and paths.
+            let snapshot = s.scheduler_snapshot(|h| self.node.liveness.state(h, now));
+            let Some(job) = snapshot.pending.iter().find(|j| j.id == req.job_id) else {
+                return Vec::new();
+            };
+            explain_hosts(&snapshot, job)
+                .into_iter()
+                .map(|v| HostRejection {
+                    lacks: v.text(),
+                    host: v.host,
                 })
                 .collect()
         });
@@ -387,35 +415,121 @@ impl BerthApi for ApiService {
         Ok(Response::new(ListHostsResponse { hosts }))
     }
 
-    async fn upsert_qos(&self, _: Request<Qos>) -> Result<Response<AdminResponse>, Status> {
-        Err(not_yet("QOS definitions"))
+    async fn upsert_qos(&self, request: Request<Qos>) -> Result<Response<AdminResponse>, Status> {
+        let qos = policy_convert::qos_from(request.get_ref()).map_err(rejected)?;
+        self.set_policy(PolicyChange::UpsertQos(qos)).await
     }
     async fn list_qos(
         &self,
-        _: Request<ListQosRequest>,
+        request: Request<ListQosRequest>,
     ) -> Result<Response<ListQosResponse>, Status> {
-        Err(not_yet("QOS definitions"))
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.list_qos(request.into_inner()).await;
+        }
+        self.node.read_barrier().await?;
+        let qos = self.node.read(|s| {
+            s.data
+                .policy
+                .qos
+                .values()
+                .map(policy_convert::qos_to)
+                .collect()
+        });
+        Ok(Response::new(ListQosResponse { qos }))
     }
-    async fn upsert_account(&self, _: Request<Account>) -> Result<Response<AdminResponse>, Status> {
-        Err(not_yet("accounts"))
+    async fn upsert_account(
+        &self,
+        request: Request<Account>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        let account = policy_convert::account_from(request.get_ref()).map_err(rejected)?;
+        self.set_policy(PolicyChange::UpsertAccount(account)).await
     }
     async fn list_accounts(
         &self,
-        _: Request<ListAccountsRequest>,
+        request: Request<ListAccountsRequest>,
     ) -> Result<Response<ListAccountsResponse>, Status> {
-        Err(not_yet("accounts"))
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.list_accounts(request.into_inner()).await;
+        }
+        self.node.read_barrier().await?;
+        let accounts = self.node.read(|s| {
+            s.data
+                .policy
+                .accounts
+                .values()
+                .map(policy_convert::account_to)
+                .collect()
+        });
+        Ok(Response::new(ListAccountsResponse { accounts }))
     }
     async fn upsert_partition(
         &self,
-        _: Request<Partition>,
+        request: Request<Partition>,
     ) -> Result<Response<AdminResponse>, Status> {
-        Err(not_yet("partitions"))
+        let partition = policy_convert::partition_from(request.get_ref());
+        self.set_policy(PolicyChange::UpsertPartition(partition))
+            .await
     }
     async fn list_partitions(
         &self,
-        _: Request<ListPartitionsRequest>,
+        request: Request<ListPartitionsRequest>,
     ) -> Result<Response<ListPartitionsResponse>, Status> {
-        Err(not_yet("partitions"))
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.list_partitions(request.into_inner()).await;
+        }
+        self.node.read_barrier().await?;
+        let partitions = self.node.read(|s| {
+            s.data
+                .policy
+                .partitions
+                .values()
+                .map(policy_convert::partition_to)
+                .collect()
+        });
+        Ok(Response::new(ListPartitionsResponse { partitions }))
+    }
+    async fn upsert_user(&self, request: Request<User>) -> Result<Response<AdminResponse>, Status> {
+        let user = policy_convert::user_from(request.get_ref());
+        self.set_policy(PolicyChange::UpsertUser(user)).await
+    }
+    async fn list_users(
+        &self,
+        request: Request<ListUsersRequest>,
+    ) -> Result<Response<ListUsersResponse>, Status> {
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.list_users(request.into_inner()).await;
+        }
+        self.node.read_barrier().await?;
+        let users = self.node.read(|s| {
+            s.data
+                .policy
+                .users
+                .values()
+                .map(policy_convert::user_to)
+                .collect()
+        });
+        Ok(Response::new(ListUsersResponse { users }))
+    }
+    async fn delete_qos(
+        &self,
+        request: Request<DeletePolicyRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        self.set_policy(PolicyChange::DeleteQos(request.into_inner().name))
+            .await
+    }
+    async fn delete_account(
+        &self,
+        request: Request<DeletePolicyRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        self.set_policy(PolicyChange::DeleteAccount(request.into_inner().name))
+            .await
+    }
+    async fn delete_partition(
+        &self,
+        request: Request<DeletePolicyRequest>,
+    ) -> Result<Response<AdminResponse>, Status> {
+        self.set_policy(PolicyChange::DeletePartition(request.into_inner().name))
+            .await
     }
     async fn create_reservation(
         &self,

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use berth_scheduler::{Policy, PriorityWeights};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,13 +77,70 @@ pub struct SchedulerConfig {
     pub pass_interval_ms: u64,
     /// Jobs examined per pass at most.
     pub max_jobs_per_pass: usize,
+    /// The keys below are the simulator's `[scheduler]` keys (SIM.md), so
+    /// a policy tried with `berth sim` is written the same way here.
+    /// EASY backfill; `false` is strict priority order.
+    pub backfill: bool,
+    pub bf_reservations: usize,
+    pub bf_resolution_s: u64,
+    pub bf_window_s: u64,
+    pub bf_max_job_test: usize,
+    pub priority_weight_age: u32,
+    pub priority_weight_fairshare: u32,
+    pub priority_weight_job_size: u32,
+    pub priority_weight_partition: u32,
+    pub priority_weight_qos: u32,
+    pub priority_weight_assoc: u32,
+    pub priority_max_age_s: u64,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
+        let policy = Policy::default();
+        let w = &policy.priority;
         SchedulerConfig {
             pass_interval_ms: 1_000,
             max_jobs_per_pass: 10_000,
+            backfill: policy.backfill,
+            bf_reservations: policy.bf_reservations,
+            bf_resolution_s: policy.bf_resolution_s,
+            bf_window_s: policy.bf_window_s,
+            bf_max_job_test: policy.bf_max_job_test,
+            priority_weight_age: w.age,
+            priority_weight_fairshare: w.fairshare,
+            priority_weight_job_size: w.job_size,
+            priority_weight_partition: w.partition,
+            priority_weight_qos: w.qos,
+            priority_weight_assoc: w.assoc,
+            priority_max_age_s: w.max_age_s,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// The scheduler's policy these settings make.
+    pub fn policy(&self) -> Policy {
+        let base = Policy::default();
+        Policy {
+            max_jobs_per_pass: self.max_jobs_per_pass,
+            backfill: self.backfill,
+            bf_reservations: self.bf_reservations,
+            bf_resolution_s: self.bf_resolution_s,
+            bf_window_s: self.bf_window_s,
+            bf_max_job_test: self.bf_max_job_test,
+            priority: PriorityWeights {
+                age: self.priority_weight_age,
+                fairshare: self.priority_weight_fairshare,
+                job_size: self.priority_weight_job_size,
+                partition: self.priority_weight_partition,
+                qos: self.priority_weight_qos,
+                assoc: self.priority_weight_assoc,
+                max_age_s: self.priority_max_age_s.max(1),
+                // The live state machine decays usage with a fixed 7-day
+                // half-life (it must not depend on node-local config).
+                decay_half_life_s: base.priority.decay_half_life_s,
+            },
+            ..base
         }
     }
 }

@@ -119,10 +119,7 @@ pub fn event_to_proto(job_id: u64, e: &JobEvent) -> api::JobEvent {
 }
 
 pub fn inventory_from_proto(i: &api::Inventory) -> Inventory {
-    Inventory {
-        cpus: i.cpus,
-        mem_mb: i.memory_mb,
-    }
+    Inventory::cpu_mem(i.cpus, i.memory_mb)
 }
 
 pub fn host_to_proto(h: &HostRecord, up: bool) -> api::Host {

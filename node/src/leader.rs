@@ -78,12 +78,9 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::spawn(wake_on_election(node.clone(), shutdown.clone()));
     let mut was_leader = false;
-    let policy = Policy {
-        max_jobs_per_pass: node.config.scheduler.max_jobs_per_pass,
-        // EASY backfill (the default): its promises rest on jobs ending by
-        // their time limit, which `enforce_time_limits` makes true.
-        ..Policy::default()
-    };
+    // EASY backfill by default: its promises rest on jobs ending by their
+    // time limit, which `enforce_time_limits` makes true.
+    let policy = node.config.scheduler.policy();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -206,6 +203,10 @@ async fn run_pass(node: &Node, policy: &Policy) {
     {
         let mut reasons = node.last_reasons.lock().unwrap_or_else(|p| p.into_inner());
         *reasons = plan.reasons.clone();
+    }
+    {
+        let mut details = node.last_details.lock().unwrap_or_else(|p| p.into_inner());
+        *details = plan.details.clone();
     }
     if plan.starts.is_empty() {
         return;

@@ -25,5 +25,6 @@ pub mod leader;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod policy_convert;
 pub mod raft_service;
 pub mod server;

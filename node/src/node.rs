@@ -62,6 +62,8 @@ pub struct Node {
     pub pass_notify: Notify,
     /// Reasons from the leader's last pass, for squeue and explain.
     pub last_reasons: Mutex<BTreeMap<JobId, Reason>>,
+    /// The last pass's sentences with numbers (limits, partitions).
+    pub last_details: Mutex<BTreeMap<JobId, String>>,
     peers: Mutex<HashMap<String, RaftTransportClient<Channel>>>,
 }
 
@@ -89,6 +91,7 @@ impl Node {
             liveness,
             pass_notify: Notify::new(),
             last_reasons: Mutex::new(BTreeMap::new()),
+            last_details: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(HashMap::new()),
         }
     }

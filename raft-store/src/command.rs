@@ -5,10 +5,13 @@
 use berth_scheduler::{Inventory, JobId, JobSpec, JobState, Placement};
 use serde::{Deserialize, Serialize};
 
+use crate::policy::PolicyChange;
+
 /// Version of the command encoding this build writes and understands. A node
 /// that meets a higher version refuses to apply it (and stops) rather than
-/// misapplying it.
-pub const COMMAND_VERSION: u32 = 1;
+/// misapplying it. History: 1 = the foundation's commands; 2 = adds
+/// `SetPolicy` (a version-1 node must not skip a policy change silently).
+pub const COMMAND_VERSION: u32 = 2;
 
 /// One Raft log payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,6 +86,9 @@ pub enum Command {
         pid: i32,
         now_ms: u64,
     },
+    /// A change to the policy tables (QOS, accounts, users, partitions).
+    /// Added in command version 2.
+    SetPolicy { change: PolicyChange, now_ms: u64 },
     /// The job's process ended (or could not start).
     JobExited {
         job_id: JobId,
@@ -107,13 +113,15 @@ impl Command {
             | Command::TimeLimitReached { now_ms, .. }
             | Command::HostsSilent { now_ms, .. }
             | Command::JobStarted { now_ms, .. }
-            | Command::JobExited { now_ms, .. } => *now_ms = now,
+            | Command::JobExited { now_ms, .. }
+            | Command::SetPolicy { now_ms, .. } => *now_ms = now,
         }
     }
 
     pub fn kind(&self) -> &'static str {
         match self {
             Command::SubmitJob { .. } => "SubmitJob",
+            Command::SetPolicy { .. } => "SetPolicy",
             Command::CancelJob { .. } => "CancelJob",
             Command::RegisterHost { .. } => "RegisterHost",
             Command::ApplyPlan { .. } => "ApplyPlan",
@@ -154,6 +162,8 @@ pub enum Response {
     Report {
         accepted: bool,
     },
+    /// A policy change was applied.
+    PolicySet,
     /// The command was refused and changed nothing.
     Rejected {
         reason: String,

@@ -3,6 +3,8 @@
 //!
 //! - [`command`]: what can be proposed (`Request`, versioned) and answered.
 //! - [`state`]: the in-memory scheduler state and its deterministic `apply`.
+//! - [`policy`]: the replicated policy objects (QOS, accounts, users,
+//!   partitions) and usage, and how a change to them is validated.
 //! - [`store`]: the RocksDB layout, log storage and state-machine storage.
 //! - [`check`]: read-only verification of a store (`berthd store check`).
 //! - [`backup`]: the backup file (`berth admin backup`) and restoring one
@@ -18,6 +20,7 @@ pub mod backup;
 pub mod check;
 pub mod command;
 pub mod error;
+pub mod policy;
 pub mod state;
 pub mod store;
 

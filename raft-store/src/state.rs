@@ -13,7 +13,10 @@ use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 use crate::command::{Command, Response};
+use crate::policy::{PolicyTables, UsageState};
 use crate::NodeId;
+
+mod policy_apply;
 
 /// Events kept per job; older ones are dropped first.
 pub const EVENTS_PER_JOB_MAX: usize = 128;
@@ -73,6 +76,8 @@ impl HostRecord {
             inventory: self.inventory.clone(),
             state,
             allocated: self.allocated,
+            partitions: Vec::new(),
+            features: Vec::new(),
         }
     }
 }
@@ -86,6 +91,12 @@ pub struct SmData {
     pub jobs: BTreeMap<JobId, JobRecord>,
     pub hosts: BTreeMap<String, HostRecord>,
     pub request_ids: BTreeMap<String, JobId>,
+    /// QOS, accounts, users and partitions (format 2 stores without them
+    /// read as empty).
+    #[serde(default)]
+    pub policy: PolicyTables,
+    #[serde(default)]
+    pub usage: UsageState,
 }
 
 /// Id counters. Ids come from here, never from leader memory (invariant 4).
@@ -201,21 +212,21 @@ impl SmState {
             .data
             .hosts
             .values()
-            .map(|h| h.view(host_state(&h.name)))
+            .map(|h| {
+                let mut view = h.view(host_state(&h.name));
+                view.partitions = self.data.policy.partitions_of_host(&h.name);
+                view
+            })
             .collect();
         let pending = self
             .pending
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
+            // The live system places single-host, shared jobs for now.
             .map(|r| PendingJob {
                 id: r.job.id,
-                request: r.job.spec.per_host(),
-                held: r.job.spec.hold,
-                // The live system places single-host, shared jobs for now.
-                nodes: 1,
-                exclusive: false,
-                time_limit_s: r.job.spec.time_limit_s,
                 submit_ms: r.job.submit_ms,
+                ..policy_apply::pending_of(&r.job.spec)
             })
             .collect();
         // Backfill needs to know when running work frees its room: start +
@@ -232,6 +243,12 @@ impl SmState {
                     hosts: vec![alloc.host.clone()],
                     per_host: alloc.resources,
                     end_ms: (limit_ms > 0).then(|| alloc.start_ms.saturating_add(limit_ms)),
+                    start_ms: alloc.start_ms,
+                    user: r.job.spec.user.clone(),
+                    account: r.job.spec.account.clone(),
+                    qos: r.job.spec.qos.clone(),
+                    partition: alloc.partition.clone(),
+                    ..RunningJob::default()
                 })
             })
             .collect();
@@ -239,6 +256,7 @@ impl SmState {
             hosts,
             pending,
             running,
+            ..self.policy_snapshot()
         }
     }
 
@@ -293,6 +311,7 @@ impl SmState {
                 pid,
                 now_ms,
             } => self.job_started(*job_id, *alloc_id, host, *pid, *now_ms, dirty),
+            Command::SetPolicy { change, now_ms } => self.set_policy(change, *now_ms, dirty),
             Command::JobExited {
                 job_id,
                 alloc_id,
@@ -329,6 +348,11 @@ impl SmState {
         if let Err(reason) = validate_submit(request_id, spec) {
             return Response::Rejected { reason };
         }
+        let spec = match self.resolve_submit(spec) {
+            Ok(resolved) => resolved,
+            Err(reason) => return Response::Rejected { reason },
+        };
+        let spec = &spec;
         let job_id = self.data.counters.next_job_id;
         self.data.counters.next_job_id += 1;
         let mut record = JobRecord {
@@ -357,6 +381,10 @@ impl SmState {
                 spec.mem_mb
             ),
         );
+        if !self.data.policy.is_empty() {
+            let text = self.priority_set_text(spec);
+            record.push_event(now_ms, "priority", text);
+        }
         self.data.jobs.insert(job_id, record);
         self.pending.insert(job_id);
         dirty.jobs.insert(job_id);
@@ -596,7 +624,13 @@ impl SmState {
     ) -> Response {
         let mut started = 0u32;
         let mut dropped = 0u32;
+        self.accrue_usage(now_ms);
+        let mut limits = self.limit_recheck(now_ms);
         for placement in starts {
+            if !self.limits_allow(&mut limits, placement) {
+                dropped += 1;
+                continue;
+            }
             if self.recheck_and_start(placement, now_ms, dirty) {
                 started += 1;
             } else {
@@ -645,6 +679,7 @@ impl SmState {
             host: placement.host.clone(),
             resources: placement.resources,
             start_ms: now_ms,
+            partition: placement.partition.clone(),
         });
         record.push_event(
             now_ms,

@@ -74,6 +74,11 @@ pub(crate) const KEY_LAST_PURGED: &[u8] = b"last_purged";
 pub(crate) const KEY_LAST_APPLIED: &[u8] = b"last_applied";
 pub(crate) const KEY_MEMBERSHIP: &[u8] = b"membership";
 pub(crate) const KEY_COUNTERS: &[u8] = b"counters";
+/// The policy tables (QOS, accounts, users, partitions): small, so one
+/// value rewritten with each batch.
+pub(crate) const KEY_POLICY: &[u8] = b"policy";
+/// Decayed usage for fair share: one value, like the policy.
+pub(crate) const KEY_USAGE: &[u8] = b"usage";
 /// Format 1's snapshot key; migrated away at open.
 const KEY_SNAPSHOT_V1: &[u8] = b"snapshot";
 pub(crate) const KEY_SNAPSHOT_META: &[u8] = b"snapshot_meta";
@@ -369,6 +374,12 @@ fn load_state(db: &DB, path: &Path) -> Result<SmData, StoreError> {
     if let Some(v) = db.get_cf(meta, KEY_COUNTERS)? {
         data.counters =
             serde_json::from_slice::<Counters>(&v).map_err(|e| corrupt("counters", e))?;
+    }
+    if let Some(v) = db.get_cf(meta, KEY_POLICY)? {
+        data.policy = serde_json::from_slice(&v).map_err(|e| corrupt("policy", e))?;
+    }
+    if let Some(v) = db.get_cf(meta, KEY_USAGE)? {
+        data.usage = serde_json::from_slice(&v).map_err(|e| corrupt("usage", e))?;
     }
     for item in db.iterator_cf(cf(db, CF_SM_JOBS), IteratorMode::Start) {
         let (_, v) = item?;
@@ -682,6 +693,8 @@ fn write_sm_meta(batch: &mut WriteBatch, db: &DB, data: &SmData) -> Result<(), S
     batch.put_cf(meta, KEY_LAST_APPLIED, encode(&data.last_applied)?);
     batch.put_cf(meta, KEY_MEMBERSHIP, encode(&data.last_membership)?);
     batch.put_cf(meta, KEY_COUNTERS, encode(&data.counters)?);
+    batch.put_cf(meta, KEY_POLICY, encode(&data.policy)?);
+    batch.put_cf(meta, KEY_USAGE, encode(&data.usage)?);
     Ok(())
 }
 
@@ -707,6 +720,14 @@ pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
         Some(v) => decode(&v)?,
         None => Counters::default(),
     };
+    let policy: crate::policy::PolicyTables = match get(KEY_POLICY)? {
+        Some(v) => decode(&v)?,
+        None => Default::default(),
+    };
+    let usage: crate::policy::UsageState = match get(KEY_USAGE)? {
+        Some(v) => decode(&v)?,
+        None => Default::default(),
+    };
 
     let mut rows = [0u64; 3];
     let mut out: Vec<u8> = Vec::new();
@@ -716,6 +737,10 @@ pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
     serde_json::to_writer(&mut out, &membership)?;
     out.extend_from_slice(b",\"counters\":");
     serde_json::to_writer(&mut out, &counters)?;
+    out.extend_from_slice(b",\"policy\":");
+    serde_json::to_writer(&mut out, &policy)?;
+    out.extend_from_slice(b",\"usage\":");
+    serde_json::to_writer(&mut out, &usage)?;
     for (n, (field, table)) in [
         ("jobs", CF_SM_JOBS),
         ("hosts", CF_SM_HOSTS),

@@ -6,24 +6,50 @@
 //!
 //! The crate is organised as:
 //! - [`model`]: the resource model (hosts, jobs, requests, allocations);
+//! - [`qos`], [`assoc`], [`partition`]: the site's policy objects (QOS with
+//!   limits and flags, the account tree, partitions);
+//! - [`usage`]: decayed usage for fair share and usage limits;
+//! - [`catalog`]: name lookups over a snapshot's policy objects;
 //! - [`fit`]: whether a request fits a host, and what the host lacks if not;
+//! - [`priority`]: multifactor priority, fair share and the queue order;
+//! - [`limits`]: QOS and association limits (one check for the pass and for
+//!   the plan re-check in `apply`);
+//! - [`deps`]: job dependencies (`afterok`, `afterany`, `afternotok`,
+//!   `singleton`);
 //! - [`pass`]: one scheduling pass over a [`Snapshot`], producing a [`Plan`];
 //! - [`profile`]: a host's free resources over time, for backfill;
 //! - [`reason`]: Slurm reason codes with their words;
 //! - [`sim`]: the deterministic simulator behind `berth sim` (pure: it
 //!   takes text and returns text; the CLI reads the files).
 
+pub mod assoc;
+pub mod catalog;
+pub mod deps;
+pub mod explain;
 pub mod fit;
+pub mod limits;
 pub mod model;
+pub mod partition;
 pub mod pass;
+mod pool;
+pub mod priority;
 pub mod profile;
+pub mod qos;
 pub mod reason;
 pub mod sim;
+pub mod usage;
 
+pub use assoc::{Account, UserRecord};
 pub use fit::{fits, Lack};
-pub use model::{Allocation, Host, HostState, Inventory, Job, JobId, JobSpec, JobState, Resources};
-pub use pass::{
-    need_on, schedule, GangPlacement, PendingJob, Placement, Plan, Policy, Reservation, RunningJob,
-    Snapshot,
+pub use model::{
+    Allocation, EmulatorInventory, Host, HostState, Inventory, Job, JobId, JobSpec, JobState,
+    Resources,
 };
-pub use reason::Reason;
+pub use partition::Partition;
+pub use pass::{
+    need_on, schedule, ArrayTask, GangPlacement, PendingJob, Placement, Plan, Policy,
+    PriorityWeights, Reservation, RunningJob, Shape, Snapshot,
+};
+pub use qos::{Limits, Qos, QosFlags, TresKind, TresLimits};
+pub use reason::{LimitKind, LimitScope, Reason};
+pub use usage::Usage;

@@ -8,19 +8,38 @@ use serde::{Deserialize, Serialize};
 /// never reused (invariant 4).
 pub type JobId = u64;
 
-/// CPUs and memory: the quantities the pass places.
-/// GPUs and emulator units join here with the scheduler-core issue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// The countable quantities a host has and a job holds on one host: CPUs,
+/// memory, GPUs and emulator units. What kind of GPU or emulator they are is
+/// a property of the host ([`Inventory`]) that decides whether a host is
+/// eligible at all; once it is, these counts are all that is placed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Resources {
     pub cpus: u32,
     pub mem_mb: u64,
+    #[serde(default)]
+    pub gpus: u32,
+    /// Emulator units (of the host's one emulator kind).
+    #[serde(default)]
+    pub emu: u32,
 }
 
 impl Resources {
+    /// CPUs and memory only.
+    pub const fn cpu_mem(cpus: u32, mem_mb: u64) -> Resources {
+        Resources {
+            cpus,
+            mem_mb,
+            gpus: 0,
+            emu: 0,
+        }
+    }
+
     pub fn saturating_sub(self, other: Resources) -> Resources {
         Resources {
             cpus: self.cpus.saturating_sub(other.cpus),
             mem_mb: self.mem_mb.saturating_sub(other.mem_mb),
+            gpus: self.gpus.saturating_sub(other.gpus),
+            emu: self.emu.saturating_sub(other.emu),
         }
     }
 
@@ -28,12 +47,17 @@ impl Resources {
         Resources {
             cpus: self.cpus.saturating_add(other.cpus),
             mem_mb: self.mem_mb.saturating_add(other.mem_mb),
+            gpus: self.gpus.saturating_add(other.gpus),
+            emu: self.emu.saturating_add(other.emu),
         }
     }
 
     /// True when every component of `self` is at most that of `other`.
     pub fn within(self, other: Resources) -> bool {
-        self.cpus <= other.cpus && self.mem_mb <= other.mem_mb
+        self.cpus <= other.cpus
+            && self.mem_mb <= other.mem_mb
+            && self.gpus <= other.gpus
+            && self.emu <= other.emu
     }
 
     /// The smaller of each component: what is free throughout two spans.
@@ -41,23 +65,60 @@ impl Resources {
         Resources {
             cpus: self.cpus.min(other.cpus),
             mem_mb: self.mem_mb.min(other.mem_mb),
+            gpus: self.gpus.min(other.gpus),
+            emu: self.emu.min(other.emu),
         }
+    }
+
+    pub fn is_zero(self) -> bool {
+        self == Resources::default()
     }
 }
 
+/// Emulator units attached to a host: one kind (e.g. `palladium`, `zebu`)
+/// in one group (a rack or a frame). A host carries at most one emulator
+/// attachment; a site with two emulators on one controller declares two
+/// hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmulatorInventory {
+    pub kind: String,
+    #[serde(default)]
+    pub group: String,
+    pub units: u32,
+}
+
 /// What a host has, as its agent discovered it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Inventory {
     pub cpus: u32,
     pub mem_mb: u64,
+    #[serde(default)]
+    pub gpus: u32,
+    /// The GPUs' model (e.g. `a100`, `mi300x`); empty when none or unknown.
+    #[serde(default)]
+    pub gpu_type: String,
+    #[serde(default)]
+    pub emulator: Option<EmulatorInventory>,
 }
 
 impl Inventory {
+    /// CPUs and memory only.
+    pub fn cpu_mem(cpus: u32, mem_mb: u64) -> Inventory {
+        Inventory {
+            cpus,
+            mem_mb,
+            ..Inventory::default()
+        }
+    }
+
     pub fn resources(&self) -> Resources {
         Resources {
             cpus: self.cpus,
             mem_mb: self.mem_mb,
+            gpus: self.gpus,
+            emu: self.emulator.as_ref().map_or(0, |e| e.units),
         }
     }
 }
@@ -81,11 +142,42 @@ pub struct Host {
     pub state: HostState,
     /// Sum of the allocations running on it.
     pub allocated: Resources,
+    /// Partitions it belongs to (admin configuration). When the snapshot
+    /// defines no partitions at all, every host serves every job.
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// Features a job may require (`--constraint`), e.g. `ib`, `nvlink`.
+    #[serde(default)]
+    pub features: Vec<String>,
 }
 
 impl Host {
+    /// An up host with nothing allocated, in no partition.
+    pub fn new(name: impl Into<String>, inventory: Inventory) -> Host {
+        Host {
+            name: name.into(),
+            inventory,
+            state: HostState::Up,
+            allocated: Resources::default(),
+            partitions: Vec::new(),
+            features: Vec::new(),
+        }
+    }
+
     pub fn free(&self) -> Resources {
         self.inventory.resources().saturating_sub(self.allocated)
+    }
+
+    /// Slurm's node state word as `sinfo` prints it.
+    pub fn slurm_state(&self) -> &'static str {
+        match self.state {
+            HostState::Down => "down",
+            HostState::Drain if self.allocated.is_zero() => "drained",
+            HostState::Drain => "draining",
+            HostState::Up if self.allocated.is_zero() => "idle",
+            HostState::Up if self.free().cpus == 0 => "allocated",
+            HostState::Up => "mixed",
+        }
     }
 }
 
@@ -116,10 +208,7 @@ pub struct JobSpec {
 impl JobSpec {
     /// What one host must provide for this job.
     pub fn per_host(&self) -> Resources {
-        Resources {
-            cpus: self.cpus.max(1),
-            mem_mb: self.mem_mb,
-        }
+        Resources::cpu_mem(self.cpus.max(1), self.mem_mb)
     }
 }
 
@@ -161,6 +250,9 @@ pub struct Allocation {
     pub host: String,
     pub resources: Resources,
     pub start_ms: u64,
+    /// The partition it runs in ("" when the site has none).
+    #[serde(default)]
+    pub partition: String,
 }
 
 /// A job as the state machine keeps it.

@@ -22,33 +22,97 @@
 //! Every host a job is placed on has passed [`fits`], the check `apply`
 //! repeats (invariant 3).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::fit::fits;
-use crate::model::{Host, HostState, JobId, Resources};
-use crate::profile::Profile;
-use crate::reason::Reason;
+use crate::assoc::{Account, UserRecord};
+use crate::catalog::Catalog;
+use crate::limits::{self, Charge, LimitHit, LimitRequest, Tally};
+use crate::model::{Host, JobId, Resources};
+use crate::partition::Partition;
+use crate::pool::Pool;
+use crate::priority;
+use crate::qos::{Qos, TresKind};
+use crate::reason::{LimitKind, Reason};
+use crate::usage::Usage;
+
+/// One resource path of a job: how many hosts, what each must provide, and
+/// which hosts qualify at all. A job has one, or several OR'd alternatives.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Shape {
+    /// Hosts it needs at once (a gang); 0 counts as 1.
+    pub nodes: u32,
+    /// What each of its hosts must provide.
+    pub per_host: Resources,
+    /// Whole hosts: nothing else runs beside it.
+    pub exclusive: bool,
+    /// GPU model a host must have ("" = any).
+    pub gpu_type: String,
+    /// Emulator kind and group a host must have ("" = any); only asked when
+    /// `per_host.emu > 0`.
+    pub emu_kind: String,
+    pub emu_group: String,
+    /// Features every host must have (`--constraint`).
+    pub features: Vec<String>,
+}
+
+impl Shape {
+    /// One host with `per_host`, shared, any kind.
+    pub fn one(per_host: Resources) -> Shape {
+        Shape {
+            nodes: 1,
+            per_host,
+            ..Shape::default()
+        }
+    }
+
+    pub fn hosts_needed(&self) -> usize {
+        self.nodes.max(1) as usize
+    }
+}
+
+/// A task of a job array: the array's id and how many of its tasks may run
+/// at once (`%max`; 0 = no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ArrayTask {
+    pub array_id: JobId,
+    pub max_running: u32,
+}
 
 /// A pending job as the pass sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PendingJob {
     pub id: JobId,
-    /// What each of its hosts must provide.
-    pub request: Resources,
+    pub shape: Shape,
+    /// OR'd resource paths; when not empty they replace `shape` (index 0 is
+    /// the first listed).
+    pub alternatives: Vec<Shape>,
     pub held: bool,
-    /// Hosts it needs at once (a gang); 0 counts as 1.
-    #[serde(default)]
-    pub nodes: u32,
-    /// Whole hosts: nothing else runs beside it.
-    #[serde(default)]
-    pub exclusive: bool,
-    /// 0 = none.
-    #[serde(default)]
+    /// 0 = none (the partition's default applies before the snapshot).
     pub time_limit_s: u64,
-    #[serde(default)]
     pub submit_ms: u64,
+    pub user: String,
+    /// "" = the user's default account.
+    pub account: String,
+    /// "" = the account's default QOS.
+    pub qos: String,
+    /// Partitions it may run in, first that can run it wins; empty = the
+    /// default partition.
+    pub partitions: Vec<String>,
+    /// Slurm's nice: positive lowers priority; negative raises it within
+    /// the account's `max_priority` (checked at submit).
+    pub nice: i32,
+    /// Not before this time (`--begin`); 0 = now.
+    pub begin_ms: u64,
+    /// Set by the caller when the job's dependencies hold it
+    /// (`Dependency` or `DependencyNeverSatisfied`).
+    pub dependency: Option<Reason>,
+    pub array: Option<ArrayTask>,
+    /// The admin reservation it runs in ("" = none).
+    pub reservation: String,
 }
 
 impl PendingJob {
@@ -56,17 +120,18 @@ impl PendingJob {
     pub fn new(id: JobId, request: Resources) -> PendingJob {
         PendingJob {
             id,
-            request,
-            held: false,
-            nodes: 1,
-            exclusive: false,
-            time_limit_s: 0,
-            submit_ms: 0,
+            shape: Shape::one(request),
+            ..PendingJob::default()
         }
     }
 
-    fn hosts_needed(&self) -> usize {
-        self.nodes.max(1) as usize
+    /// Its resource paths: the alternatives, or its own shape.
+    pub fn paths(&self) -> &[Shape] {
+        if self.alternatives.is_empty() {
+            std::slice::from_ref(&self.shape)
+        } else {
+            &self.alternatives
+        }
     }
 
     fn duration_ms(&self) -> Option<u64> {
@@ -74,8 +139,10 @@ impl PendingJob {
     }
 }
 
-/// A running job as the pass sees it: where it holds room and until when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A running job as the pass sees it: where it holds room and until when,
+/// and whose it is (for limits and fair share).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunningJob {
     pub id: JobId,
     pub hosts: Vec<String>,
@@ -83,16 +150,66 @@ pub struct RunningJob {
     pub per_host: Resources,
     /// Start + time limit; `None` when it has no limit (never known to end).
     pub end_ms: Option<u64>,
+    pub start_ms: u64,
+    pub user: String,
+    pub account: String,
+    pub qos: String,
+    pub partition: String,
+    pub array: Option<ArrayTask>,
 }
 
 /// The state a pass reads: hosts (with what is allocated on them), the
-/// pending jobs in queue order, and the running jobs with their end times.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// pending jobs (in submit order; the pass orders them by priority), the
+/// running jobs with their end times, and the site's policy objects.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Snapshot {
     pub hosts: Vec<Host>,
     pub pending: Vec<PendingJob>,
-    #[serde(default)]
     pub running: Vec<RunningJob>,
+    pub partitions: Vec<Partition>,
+    pub qos: Vec<Qos>,
+    pub accounts: Vec<Account>,
+    pub users: Vec<UserRecord>,
+    pub usage: Usage,
+}
+
+/// Slurm's multifactor priority weights (`PriorityWeight*`) and ages.
+/// Each factor is in [0, 1]; a job's priority is the sum of weight times
+/// factor, truncated to a whole number, plus the admin inputs (account and
+/// user priority) minus its nice.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PriorityWeights {
+    /// Default 168 with `max_age_s` a week: one unit per hour waited, as
+    /// the queue model's default aging.
+    pub age: u32,
+    pub fairshare: u32,
+    pub job_size: u32,
+    pub partition: u32,
+    pub qos: u32,
+    /// Weight of the association factor: (account + user priority) over
+    /// the highest such sum.
+    pub assoc: u32,
+    /// Age at which the age factor reaches 1 (`PriorityMaxAge`).
+    pub max_age_s: u64,
+    /// Fair-share usage half-life (`PriorityDecayHalfLife`); 0 = no decay.
+    pub decay_half_life_s: u64,
+}
+
+impl Default for PriorityWeights {
+    fn default() -> Self {
+        PriorityWeights {
+            age: 168,
+            fairshare: 0,
+            job_size: 0,
+            partition: 0,
+            qos: 0,
+            assoc: 0,
+            max_age_s: 7 * 86_400,
+            decay_half_life_s: 7 * 86_400,
+        }
+    }
 }
 
 /// Knobs of the pass.
@@ -102,10 +219,23 @@ pub struct Policy {
     /// At most this many jobs are examined per pass (Slurm's
     /// `default_queue_depth`): the bound on a pass's work.
     pub max_jobs_per_pass: usize,
-    /// EASY backfill; `false` is strict FIFO.
+    /// EASY backfill; `false` is strict priority order.
     pub backfill: bool,
     /// How many blocked jobs, from the top of the queue, get a reservation.
     pub bf_reservations: usize,
+    /// Reservation start times are rounded up to this (`bf_resolution`).
+    pub bf_resolution_s: u64,
+    /// How far ahead reservations are planned (`bf_window`); a job whose
+    /// earliest room lies beyond it gets no reservation. 0 = unbounded.
+    pub bf_window_s: u64,
+    /// At most this many jobs are tried for backfill per pass after the
+    /// first blocked one (`bf_max_job_test`).
+    pub bf_max_job_test: usize,
+    /// Host examinations a pass may make before it stops trying jobs (the
+    /// per-pass budget, counted in work rather than read from a clock so
+    /// that passes stay deterministic).
+    pub pass_budget_host_checks: u64,
+    pub priority: PriorityWeights,
 }
 
 impl Default for Policy {
@@ -114,6 +244,11 @@ impl Default for Policy {
             max_jobs_per_pass: 10_000,
             backfill: true,
             bf_reservations: 1,
+            bf_resolution_s: 0,
+            bf_window_s: 0,
+            bf_max_job_test: 100_000,
+            pass_budget_host_checks: 50_000_000,
+            priority: PriorityWeights::default(),
         }
     }
 }
@@ -125,6 +260,12 @@ pub struct Placement {
     pub host: String,
     /// What it takes on the host (the whole host for an exclusive job).
     pub resources: Resources,
+    /// The partition it runs in ("" when the site has none).
+    #[serde(default)]
+    pub partition: String,
+    /// Which of its resource paths (alternatives) it got; 0 without any.
+    #[serde(default)]
+    pub path: usize,
 }
 
 /// A multi-host job (a gang) placed on all its hosts at once. Kept apart
@@ -138,6 +279,10 @@ pub struct GangPlacement {
     pub hosts: Vec<String>,
     /// What it takes on each host.
     pub resources: Resources,
+    #[serde(default)]
+    pub partition: String,
+    #[serde(default)]
+    pub path: usize,
 }
 
 /// Room promised to a blocked job: where and from when.
@@ -150,7 +295,8 @@ pub struct Reservation {
 
 /// What a pass decided: placements to propose (single-host jobs in
 /// `starts`, gangs in `gang_starts`), reservations it kept room for, and
-/// why each job it looked at and did not place is waiting.
+/// why each job it looked at and did not place is waiting, with a sentence
+/// carrying the numbers where there are any.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     pub starts: Vec<Placement>,
@@ -159,6 +305,10 @@ pub struct Plan {
     pub gang_starts: Vec<GangPlacement>,
     #[serde(default)]
     pub reservations: Vec<Reservation>,
+    /// The reason in words with its numbers, e.g. `gpus 12 in use + 8
+    /// asked > 16 (QOS team GrpTRES)`.
+    #[serde(default)]
+    pub details: BTreeMap<JobId, String>,
 }
 
 /// What `request` takes on `host`: the whole host when `exclusive`. `None`
@@ -171,224 +321,182 @@ pub fn need_on(host: &Host, request: Resources, exclusive: bool) -> Option<Resou
     Some(if exclusive { total } else { request })
 }
 
-/// The hosts that are up, their profiles, and an index by free CPUs now so
-/// that finding room does not look at hosts that are full.
-struct Pool {
-    /// Up hosts, by name; the views carry what this pass placed, for `fits`.
-    views: Vec<Host>,
-    profiles: Vec<Profile>,
-    /// (free CPUs now, host index).
-    by_free_cpus: BTreeSet<(u32, usize)>,
-    /// Distinct inventories of up hosts, with how many hosts have each.
-    classes: Vec<(Resources, usize)>,
+/// Shapes that found no room now in this pass. A pass only takes room,
+/// never frees it, so a later job asking at least as much of the same kind
+/// of host for at least as long cannot find room either and is not
+/// searched for. Bounded: the list keeps the most recent entries.
+struct NoRoom<'a> {
+    seen: Vec<NoRoomEntry<'a>>,
 }
 
-impl Pool {
-    fn new(snapshot: &Snapshot, now_ms: u64) -> Pool {
-        let mut views: Vec<Host> = snapshot
-            .hosts
-            .iter()
-            .filter(|h| h.state == HostState::Up)
-            .cloned()
-            .collect();
-        views.sort_by(|a, b| a.name.cmp(&b.name));
-        let index: HashMap<&str, usize> = views
-            .iter()
-            .enumerate()
-            .map(|(i, h)| (h.name.as_str(), i))
-            .collect();
-        let mut releases: Vec<Vec<(u64, Resources)>> = vec![Vec::new(); views.len()];
-        for job in &snapshot.running {
-            let Some(end_ms) = job.end_ms else { continue };
-            for host in &job.hosts {
-                if let Some(&i) = index.get(host.as_str()) {
-                    releases[i].push((end_ms, job.per_host));
+struct NoRoomEntry<'a> {
+    partition: Option<&'a str>,
+    shape: &'a Shape,
+    duration_ms: Option<u64>,
+}
+
+const NO_ROOM_REMEMBERED_MAX: usize = 64;
+
+impl<'a> NoRoom<'a> {
+    fn dominated(&self, partition: Option<&str>, shape: &Shape, duration_ms: Option<u64>) -> bool {
+        self.seen.iter().any(|e| {
+            e.partition == partition
+                && e.shape.exclusive == shape.exclusive
+                && e.shape.gpu_type == shape.gpu_type
+                && e.shape.emu_kind == shape.emu_kind
+                && e.shape.emu_group == shape.emu_group
+                && e.shape.features == shape.features
+                && e.shape.hosts_needed() <= shape.hosts_needed()
+                && e.shape.per_host.within(shape.per_host)
+                && match (e.duration_ms, duration_ms) {
+                    (_, None) => true,
+                    (None, Some(_)) => false,
+                    (Some(a), Some(b)) => a <= b,
                 }
-            }
-        }
-        let profiles: Vec<Profile> = views
-            .iter()
-            .zip(releases)
-            .map(|(h, r)| Profile::new(now_ms, h.free(), r))
-            .collect();
-        let by_free_cpus = profiles
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.free_now().cpus, i))
-            .collect();
-        let mut class_counts: BTreeMap<(u32, u64), usize> = BTreeMap::new();
-        for h in &views {
-            *class_counts
-                .entry((h.inventory.cpus, h.inventory.mem_mb))
-                .or_default() += 1;
-        }
-        let classes = class_counts
-            .into_iter()
-            .map(|((cpus, mem_mb), n)| (Resources { cpus, mem_mb }, n))
-            .collect();
-        Pool {
-            views,
-            profiles,
-            by_free_cpus,
-            classes,
-        }
+        })
     }
 
-    /// How many up hosts could hold the job if they were empty.
-    fn capable_hosts(&self, job: &PendingJob) -> usize {
-        self.classes
-            .iter()
-            .filter(|(total, _)| job.request.within(*total))
-            .map(|(_, n)| n)
-            .sum()
-    }
-
-    /// Hosts that can take the job now and keep it for its time limit
-    /// without touching room promised to a reservation. Looks only at hosts
-    /// with enough CPUs free now, fullest first (best fit), then by name.
-    fn room_now(&self, job: &PendingJob, now_ms: u64) -> Option<Vec<usize>> {
-        let wanted = job.hosts_needed();
-        let mut chosen = Vec::with_capacity(wanted);
-        for &(_, i) in self.by_free_cpus.range((job.request.cpus, 0)..) {
-            let host = &self.views[i];
-            let Some(need) = need_on(host, job.request, job.exclusive) else {
-                continue;
-            };
-            if !self.profiles[i].holds(need, now_ms, job.duration_ms()) {
-                continue;
-            }
-            if fits(host, need).is_err() {
-                continue;
-            }
-            chosen.push(i);
-            if chosen.len() == wanted {
-                // Name order, so a gang's host list reads naturally.
-                chosen.sort_unstable();
-                return Some(chosen);
-            }
+    fn remember(&mut self, partition: Option<&'a str>, shape: &'a Shape, duration_ms: Option<u64>) {
+        if self.seen.len() == NO_ROOM_REMEMBERED_MAX {
+            self.seen.remove(0);
         }
-        None
+        self.seen.push(NoRoomEntry {
+            partition,
+            shape,
+            duration_ms,
+        });
     }
+}
 
-    /// The earliest time enough hosts can hold the job together for its
-    /// time limit, and which. Each host's own earliest start is a
-    /// candidate; the first candidate at which enough hosts hold the job
-    /// wins (a host's room can close again at a later reservation, so each
-    /// is checked at the candidate time itself).
-    fn earliest_room(&self, job: &PendingJob, now_ms: u64) -> Option<(u64, Vec<usize>)> {
-        let wanted = job.hosts_needed();
-        let duration_ms = job.duration_ms();
-        let mut starts: Vec<(u64, usize, Resources)> = self
-            .views
-            .iter()
-            .enumerate()
-            .filter_map(|(i, host)| {
-                let need = need_on(host, job.request, job.exclusive)?;
-                let at_ms = self.profiles[i].earliest(need, now_ms, duration_ms)?;
-                Some((at_ms, i, need))
-            })
-            .collect();
-        starts.sort_unstable_by_key(|s| (s.0, s.1));
-        for k in wanted.saturating_sub(1)..starts.len() {
-            let at_ms = starts[k].0;
-            let mut chosen: Vec<usize> = starts[..=k]
-                .iter()
-                .filter(|(_, i, need)| self.profiles[*i].holds(*need, at_ms, duration_ms))
-                .map(|s| s.1)
-                .take(wanted)
-                .collect();
-            if chosen.len() == wanted {
-                chosen.sort_unstable();
-                return Some((at_ms, chosen));
-            }
-        }
-        None
-    }
+/// Why one (partition, path) of a job did not start.
+enum Miss {
+    /// Only free room is missing: the job can wait for it (a reservation).
+    Room {
+        path: usize,
+        classes: Vec<usize>,
+    },
+    Limit(LimitHit),
+    /// It could never run there (partition limits, no such hosts).
+    Never(Reason, String),
+}
 
-    /// Takes the job's room on `hosts` from `from_ms` for its time limit.
-    fn take(&mut self, job: &PendingJob, hosts: &[usize], from_ms: u64, now_ms: u64) -> Resources {
-        let until_ms = job.duration_ms().map(|d| from_ms.saturating_add(d));
-        let mut first_need = Resources::default();
-        for (n, &i) in hosts.iter().enumerate() {
-            let Some(need) = need_on(&self.views[i], job.request, job.exclusive) else {
-                continue;
-            };
-            if n == 0 {
-                first_need = need;
-            }
-            let before = self.profiles[i].free_now().cpus;
-            self.profiles[i].take(need, from_ms, until_ms);
-            if from_ms <= now_ms {
-                self.views[i].allocated = self.views[i].allocated.saturating_add(need);
-            }
-            let after = self.profiles[i].free_now().cpus;
-            if before != after {
-                self.by_free_cpus.remove(&(before, i));
-                self.by_free_cpus.insert((after, i));
-            }
-        }
-        first_need
-    }
-
-    fn names(&self, hosts: &[usize]) -> Vec<String> {
-        hosts.iter().map(|&i| self.views[i].name.clone()).collect()
-    }
+/// The outcome for one job.
+enum Outcome {
+    Started,
+    Waiting(Reason, Option<String>),
+    /// Only room is missing; a reservation may be made.
+    NeedsRoom,
 }
 
 /// Runs one pass over `snapshot` at `now_ms`.
+///
+/// Jobs are taken in queue order (priority, then least-served account,
+/// then submit time). A job waits for what holds it: held, dependencies,
+/// begin time, its array's `%max`, partition limits, QOS and association
+/// limits, no host of its kind, or room. Only the last one makes it the
+/// head of the queue: with backfill on, the first `bf_reservations` such
+/// jobs get a reservation and the jobs behind them start only around it;
+/// with backfill off, it blocks every job behind it. Jobs held by a limit
+/// wait without blocking anyone.
 pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
+    let catalog = Catalog::new(snapshot);
+    let fairshare = priority::fairshare_factors(snapshot, &catalog);
+    let served = priority::served_fractions(snapshot, &catalog);
+    let breakdowns = priority::priorities(snapshot, &catalog, &policy.priority, &fairshare, now_ms);
+    let order = priority::queue_order(&snapshot.pending, &breakdowns, &served, &catalog);
+    let mut tally = Tally::new(snapshot, &catalog, now_ms);
     let mut pool = Pool::new(snapshot, now_ms);
+    let mut no_room = NoRoom { seen: Vec::new() };
+    let mut array_running: HashMap<JobId, u32> = HashMap::new();
+    for r in &snapshot.running {
+        if let Some(a) = r.array {
+            *array_running.entry(a.array_id).or_default() += 1;
+        }
+    }
     let mut plan = Plan::default();
     // FIFO: set once a job is blocked; everything behind it waits.
     let mut blocked = false;
     let mut reservations_made = 0usize;
+    // Jobs tried after the first one that had to wait for room.
+    let mut backfill_tested = 0usize;
+    let mut head_seen = false;
 
-    for job in snapshot.pending.iter().take(policy.max_jobs_per_pass) {
-        if job.held {
-            plan.reasons.insert(job.id, Reason::JobHeldUser);
+    for &idx in order.iter().take(policy.max_jobs_per_pass) {
+        let job = &snapshot.pending[idx];
+        let early = if job.held {
+            Some(Reason::JobHeldUser)
+        } else if let Some(r) = job.dependency {
+            Some(r)
+        } else if job.begin_ms > now_ms {
+            Some(Reason::BeginTime)
+        } else if job.array.is_some_and(|a| {
+            a.max_running > 0
+                && array_running.get(&a.array_id).copied().unwrap_or(0) >= a.max_running
+        }) {
+            Some(Reason::JobArrayTaskLimit)
+        } else if blocked {
+            Some(Reason::Priority)
+        } else {
+            None
+        };
+        if let Some(reason) = early {
+            plan.reasons.insert(job.id, reason);
             continue;
         }
-        if blocked {
-            plan.reasons.insert(job.id, Reason::Priority);
-            continue;
+        if pool.host_checks >= policy.pass_budget_host_checks {
+            // Out of budget: the rest keep the reasons they had.
+            break;
         }
-        if pool.capable_hosts(job) < job.hosts_needed() {
-            plan.reasons.insert(job.id, Reason::ReqNodeNotAvail);
-            continue;
-        }
-        if let Some(hosts) = pool.room_now(job, now_ms) {
-            let resources = pool.take(job, &hosts, now_ms, now_ms);
-            let mut names = pool.names(&hosts);
-            if names.len() == 1 {
-                plan.starts.push(Placement {
-                    job_id: job.id,
-                    host: names.remove(0),
-                    resources,
-                });
-            } else {
-                plan.gang_starts.push(GangPlacement {
-                    job_id: job.id,
-                    hosts: names,
-                    resources,
-                });
+        if head_seen {
+            backfill_tested += 1;
+            if backfill_tested > policy.bf_max_job_test {
+                plan.reasons.insert(job.id, Reason::Priority);
+                continue;
             }
-            continue;
         }
+        let fairshare_of = |account: &str| fairshare.get(account).copied();
+        let outcome = try_job(
+            job,
+            &catalog,
+            &mut tally,
+            &mut pool,
+            &mut no_room,
+            &snapshot.usage,
+            &fairshare_of,
+            now_ms,
+            &mut plan,
+        );
+        let misses = match outcome {
+            (Outcome::Started, _) => {
+                if let Some(a) = job.array {
+                    *array_running.entry(a.array_id).or_default() += 1;
+                }
+                continue;
+            }
+            (Outcome::Waiting(reason, detail), _) => {
+                plan.reasons.insert(job.id, reason);
+                if let Some(d) = detail {
+                    plan.details.insert(job.id, d);
+                }
+                continue;
+            }
+            (Outcome::NeedsRoom, misses) => misses,
+        };
+        head_seen = true;
         if !policy.backfill {
             plan.reasons.insert(job.id, Reason::Resources);
             blocked = true;
             continue;
         }
-        if reservations_made < policy.bf_reservations {
+        let no_reserve = catalog
+            .account_of(&job.user, &job.account)
+            .map(|a| catalog.qos_name_of(&job.qos, Some(a)))
+            .or(Some(job.qos.as_str()).filter(|q| !q.is_empty()))
+            .and_then(|q| catalog.qos(q))
+            .is_some_and(|q| q.flags.no_reserve);
+        if reservations_made < policy.bf_reservations && !no_reserve {
             reservations_made += 1;
-            if let Some((start_ms, hosts)) = pool.earliest_room(job, now_ms) {
-                pool.take(job, &hosts, start_ms, now_ms);
-                plan.reservations.push(Reservation {
-                    job_id: job.id,
-                    start_ms,
-                    hosts: pool.names(&hosts),
-                });
-            }
+            reserve(job, misses, &mut pool, policy, now_ms, &mut plan);
             plan.reasons.insert(job.id, Reason::Resources);
         } else {
             plan.reasons.insert(job.id, Reason::Priority);
@@ -397,22 +505,248 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
     plan
 }
 
+/// Gives `job` the earliest room over the paths that only lacked room.
+fn reserve(
+    job: &PendingJob,
+    misses: Vec<Miss>,
+    pool: &mut Pool<'_>,
+    policy: &Policy,
+    now_ms: u64,
+    plan: &mut Plan,
+) {
+    let paths = job.paths();
+    let mut best: Option<(u64, usize, Vec<usize>)> = None;
+    for miss in misses {
+        let Miss::Room { path, classes, .. } = miss else {
+            continue;
+        };
+        let Some((at_ms, hosts)) =
+            pool.earliest_room(&paths[path], &classes, now_ms, job.duration_ms())
+        else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|b| at_ms < b.0) {
+            best = Some((at_ms, path, hosts));
+        }
+    }
+    let Some((mut at_ms, path, hosts)) = best else {
+        return;
+    };
+    if policy.bf_resolution_s > 0 {
+        let step_ms = policy.bf_resolution_s.saturating_mul(1000);
+        at_ms = at_ms.div_ceil(step_ms).saturating_mul(step_ms);
+    }
+    if policy.bf_window_s > 0
+        && at_ms > now_ms.saturating_add(policy.bf_window_s.saturating_mul(1000))
+    {
+        return;
+    }
+    pool.take(&paths[path], &hosts, at_ms, job.duration_ms(), now_ms);
+    plan.reservations.push(Reservation {
+        job_id: job.id,
+        start_ms: at_ms,
+        hosts: pool.names(&hosts),
+    });
+}
+
+/// Tries every partition and path of `job`; starts it on the first that
+/// has room and passes the limits.
+#[allow(clippy::too_many_arguments)]
+fn try_job<'a>(
+    job: &'a PendingJob,
+    catalog: &Catalog<'a>,
+    tally: &mut Tally,
+    pool: &mut Pool<'a>,
+    no_room: &mut NoRoom<'a>,
+    usage: &Usage,
+    fairshare_of: &dyn Fn(&str) -> Option<f64>,
+    now_ms: u64,
+    plan: &mut Plan,
+) -> (Outcome, Vec<Miss>) {
+    // A site without accounts (a bare trace replay) runs jobs without
+    // associations; with accounts, a job must have one.
+    let account = catalog.account_of(&job.user, &job.account);
+    if account.is_none() && catalog.has_accounts {
+        return (
+            Outcome::Waiting(
+                Reason::InvalidAccount,
+                Some(format!(
+                    "user {} has no account {:?}",
+                    job.user, job.account
+                )),
+            ),
+            Vec::new(),
+        );
+    }
+    let account_name = account.map_or("", |a| a.name.as_str());
+    let qos_name = catalog.qos_name_of(&job.qos, account);
+    let Some(qos) = catalog.qos(qos_name) else {
+        return (
+            Outcome::Waiting(Reason::InvalidQos, Some(format!("no QOS named {qos_name}"))),
+            Vec::new(),
+        );
+    };
+    let partitions: Vec<Option<&'a Partition>> = if catalog.partitioned {
+        catalog.partitions_of(job).into_iter().map(Some).collect()
+    } else {
+        vec![None]
+    };
+    if partitions.is_empty() {
+        return (
+            Outcome::Waiting(
+                Reason::ReqNodeNotAvail,
+                Some(format!("no such partition: {}", job.partitions.join(","))),
+            ),
+            Vec::new(),
+        );
+    }
+    let duration_ms = job.duration_ms();
+    let fairshare = fairshare_of(account_name);
+    let mut misses: Vec<Miss> = Vec::new();
+    for partition in partitions {
+        let pname = partition.map(|p| p.name.as_str());
+        for (path, shape) in job.paths().iter().enumerate() {
+            if let Some(p) = partition {
+                if let Err(hit) = limits::check_partition(shape, job.time_limit_s, p, qos) {
+                    misses.push(Miss::Never(hit.reason, hit.detail));
+                    continue;
+                }
+            }
+            let classes = pool.eligible_classes(shape, pname);
+            let capable = pool.hosts_in(&classes);
+            if capable < shape.hosts_needed() {
+                misses.push(Miss::Never(
+                    Reason::ReqNodeNotAvail,
+                    format!(
+                        "needs {} hosts of its kind{}, {} up",
+                        shape.hosts_needed(),
+                        pname
+                            .map(|p| format!(" in partition {p}"))
+                            .unwrap_or_default(),
+                        capable
+                    ),
+                ));
+                continue;
+            }
+            let request = LimitRequest {
+                user: &job.user,
+                account: account_name,
+                qos,
+                partition,
+                shape,
+                time_limit_s: job.time_limit_s,
+                hosts: None,
+                fairshare,
+                has_reservation: !job.reservation.is_empty(),
+            };
+            let mut exact_nodes = false;
+            if let Err(hit) = limits::check(&request, catalog, tally, usage) {
+                if hit.never || !counts_nodes(&hit.reason) {
+                    misses.push(Miss::Limit(hit));
+                    continue;
+                }
+                // A node limit counts distinct hosts: landing on hosts
+                // the group already occupies may still be within it.
+                exact_nodes = true;
+            }
+            if no_room.dominated(pname, shape, duration_ms) {
+                misses.push(Miss::Room { path, classes });
+                continue;
+            }
+            let Some(hosts) = pool.room_now(shape, &classes, now_ms, duration_ms, None) else {
+                no_room.remember(pname, shape, duration_ms);
+                misses.push(Miss::Room { path, classes });
+                continue;
+            };
+            let names = pool.names(&hosts);
+            let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            if exact_nodes {
+                let exact = LimitRequest {
+                    hosts: Some(&name_refs),
+                    ..request
+                };
+                if let Err(hit) = limits::check(&exact, catalog, tally, usage) {
+                    misses.push(Miss::Limit(hit));
+                    continue;
+                }
+            }
+            let per_host = pool.take(shape, &hosts, now_ms, duration_ms, now_ms);
+            let partition_qos = partition.map(|p| p.qos.as_str()).filter(|q| !q.is_empty());
+            tally.charge(&Charge {
+                user: &job.user,
+                account: account_name,
+                qos: &qos.name,
+                partition_qos,
+                hosts: &name_refs,
+                per_host,
+                time_limit_s: job.time_limit_s,
+            });
+            let partition_name = pname.unwrap_or_default().to_string();
+            if names.len() == 1 {
+                plan.starts.push(Placement {
+                    job_id: job.id,
+                    host: names.into_iter().next().unwrap_or_default(),
+                    resources: per_host,
+                    partition: partition_name,
+                    path,
+                });
+            } else {
+                plan.gang_starts.push(GangPlacement {
+                    job_id: job.id,
+                    hosts: names,
+                    resources: per_host,
+                    partition: partition_name,
+                    path,
+                });
+            }
+            return (Outcome::Started, Vec::new());
+        }
+    }
+    if misses.iter().any(|m| matches!(m, Miss::Room { .. })) {
+        return (Outcome::NeedsRoom, misses);
+    }
+    // Limits first (they may lift), then what can never change.
+    let waiting = misses
+        .iter()
+        .find_map(|m| match m {
+            Miss::Limit(hit) => Some((hit.reason, hit.detail.clone())),
+            _ => None,
+        })
+        .or_else(|| {
+            misses.into_iter().find_map(|m| match m {
+                Miss::Never(reason, detail) => Some((reason, detail)),
+                _ => None,
+            })
+        });
+    let (reason, detail) = waiting.unwrap_or((
+        Reason::ReqNodeNotAvail,
+        "no resource path to try".to_string(),
+    ));
+    (Outcome::Waiting(reason, Some(detail)), Vec::new())
+}
+
+/// Limits that count hosts, where which hosts matters.
+fn counts_nodes(reason: &Reason) -> bool {
+    matches!(
+        reason,
+        Reason::Limit(
+            _,
+            LimitKind::GrpTres(TresKind::Node) | LimitKind::MaxTresPerUser(TresKind::Node)
+        )
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::model::{HostState, Inventory};
 
     fn host(name: &str, cpus: u32) -> Host {
-        Host {
-            name: name.into(),
-            inventory: Inventory { cpus, mem_mb: 1024 },
-            state: HostState::Up,
-            allocated: Resources::default(),
-        }
+        Host::new(name, Inventory::cpu_mem(cpus, 1024))
     }
 
     fn job(id: JobId, cpus: u32) -> PendingJob {
-        PendingJob::new(id, Resources { cpus, mem_mb: 0 })
+        PendingJob::new(id, Resources::cpu_mem(cpus, 0))
     }
 
     #[test]
@@ -494,17 +828,17 @@ mod tests {
         RunningJob {
             id,
             hosts: vec![host.into()],
-            per_host: Resources { cpus, mem_mb: 0 },
+            per_host: Resources::cpu_mem(cpus, 0),
             end_ms,
+            ..RunningJob::default()
         }
     }
 
     fn gang(id: JobId, nodes: u32, cpus: u32, time_limit_s: u64) -> PendingJob {
-        PendingJob {
-            nodes,
-            time_limit_s,
-            ..job(id, cpus)
-        }
+        let mut j = job(id, cpus);
+        j.shape.nodes = nodes;
+        j.time_limit_s = time_limit_s;
+        j
     }
 
     /// Two hosts; `a` is full until 100 s. The 2-host head is promised both
@@ -522,6 +856,7 @@ mod tests {
                 gang(4, 1, 4, 50),
             ],
             running: vec![running(9, "a", 4, Some(100_000))],
+            ..Snapshot::default()
         }
     }
 
@@ -563,10 +898,8 @@ mod tests {
     fn gangs_go_to_gang_starts_and_exclusive_takes_whole_hosts() {
         let mut busy = host("c", 4);
         busy.allocated.cpus = 1;
-        let exclusive = PendingJob {
-            exclusive: true,
-            ..gang(1, 2, 1, 0)
-        };
+        let mut exclusive = gang(1, 2, 1, 0);
+        exclusive.shape.exclusive = true;
         let snap = Snapshot {
             hosts: vec![host("a", 4), host("b", 4), busy],
             pending: vec![exclusive, job(2, 3)],
@@ -578,10 +911,9 @@ mod tests {
             vec![GangPlacement {
                 job_id: 1,
                 hosts: vec!["a".into(), "b".into()],
-                resources: Resources {
-                    cpus: 4,
-                    mem_mb: 1024
-                },
+                resources: Resources::cpu_mem(4, 1024),
+                partition: String::new(),
+                path: 0,
             }]
         );
         let started: Vec<(JobId, &str)> = plan

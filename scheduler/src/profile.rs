@@ -113,7 +113,7 @@ mod tests {
     use super::*;
 
     fn r(cpus: u32) -> Resources {
-        Resources { cpus, mem_mb: 0 }
+        Resources::cpu_mem(cpus, 0)
     }
 
     #[test]

@@ -74,36 +74,76 @@ fn features_not_implemented_yet_are_refused_by_name() {
         run_scenario(idle, "idle-fill-borrow-factor.toml")
             .unwrap_err()
             .to_string(),
-        "idle-fill-borrow-factor.toml: qos is not supported by this simulator yet"
-    );
-    assert_eq!(
-        error_of(&format!("[scheduler]\nidle_fill_enabled = true\n{BASE}")),
-        "s.toml: scheduler.idle_fill_enabled is not supported by this simulator yet"
+        "idle-fill-borrow-factor.toml: scheduler.idle_fill_enabled is not supported by this simulator yet"
     );
     let preempt = include_str!("scenarios/unsupported/preempt-urgent.toml");
     assert_eq!(
         run_scenario(preempt, "preempt-urgent.toml")
             .unwrap_err()
             .to_string(),
-        "preempt-urgent.toml: qos is not supported by this simulator yet"
+        "preempt-urgent.toml: scheduler.preemption_enabled is not supported by this simulator yet"
     );
-    let gpus = format!("{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ngpus = 2\n");
+    let reservation =
+        format!("{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\nreservation = \"maint\"\n");
     assert_eq!(
-        error_of(&gpus),
-        "s.toml: jobs[0] (id \"a\").gpus is not supported by this simulator yet"
-    );
-    let dep = format!(
-        "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ndependency = \"afterok:b\"\n"
-    );
-    assert!(error_of(&dep).ends_with("dependency is not supported by this simulator yet"));
-    let ev = format!("{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\n[[events]]\nat_s = 1\naction = \"host_down\"\njob = \"a\"\n");
-    assert_eq!(
-        error_of(&ev),
-        "s.toml: events[0].action = \"host_down\" is not supported by this simulator yet"
+        error_of(&reservation),
+        "s.toml: jobs[0] (id \"a\").reservation is not supported by this simulator yet"
     );
     // The value that means "off" is accepted: nothing is being ignored.
-    let off = format!("[scheduler]\npreemption_enabled = false\n{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ngpus = 0\n");
+    let off = format!("[scheduler]\npreemption_enabled = false\n{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\npreemptible = false\n");
     assert!(run_scenario(&off, "s.toml").is_ok());
+}
+
+#[test]
+fn impossible_requests_and_unknown_names_are_errors() {
+    assert_eq!(
+        error_of(&format!("{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ngpus = 2\n")),
+        "s.toml: jobs[0] (id \"a\"): expected resources some hosts of the scenario could hold (no host group has enough of what it asks, of its kind, in its partition)"
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\nqos = \"gold\"\n"
+        )),
+        "s.toml: jobs[0] (id \"a\").qos: expected a name of [[qos]], not \"gold\""
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\naccount = \"chem\"\n"
+        )),
+        "s.toml: jobs[0] (id \"a\").account: expected a name of [[accounts]], not \"chem\""
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\npartition = \"gpu\"\n"
+        )),
+        "s.toml: jobs[0] (id \"a\").partition: expected a name of [[partitions]], not \"gpu\""
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ndependency = \"afterok:b\"\n"
+        )),
+        "s.toml: jobs[0] (id \"a\").dependency: expected ids of [[jobs]] after the kind, not \"b\""
+    );
+    assert_eq!(
+        error_of(&format!("[[qos]]\nname = \"q\"\nflags = [\"Fast\"]\n{BASE}")),
+        "s.toml: qos[0].flags: expected Slurm QOS flags (DenyOnLimit, NoReserve, OverPartQOS, PartitionMaxNodes, PartitionMinNodes, PartitionTimeLimit, RequiresReservation, Relative, UsageFactorSafe, NoDecay, EnforceUsageThreshold), not \"Fast\""
+    );
+    assert_eq!(
+        error_of(&format!(
+            "[[qos]]\nname = \"q\"\ngrp_tres = {{ gpus = 4 }}\n{BASE}"
+        )),
+        "s.toml: qos[0].grp_tres.gpus: expected a TRES key: node, cpu, mem_mb, gpu or emu"
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\narray = \"5-1\"\n"
+        )),
+        "s.toml: jobs[0] (id \"a\").array: expected a range low-high with low <= high, not \"5-1\""
+    );
+    assert_eq!(
+        error_of(&format!("{BASE}[[events]]\nat_s = 1\naction = \"reboot\"\n")),
+        "s.toml: events[0].action: expected one of cancel, release, hold, host_down, host_up, modify_qos, set_priority"
+    );
 }
 
 #[test]

@@ -241,6 +241,21 @@ impl BerthApi for FakeNode {
     ) -> Reply<ListPartitionsResponse> {
         unimplemented()
     }
+    async fn upsert_user(&self, _r: Request<User>) -> Reply<AdminResponse> {
+        unimplemented()
+    }
+    async fn list_users(&self, _r: Request<ListUsersRequest>) -> Reply<ListUsersResponse> {
+        unimplemented()
+    }
+    async fn delete_qos(&self, _r: Request<DeletePolicyRequest>) -> Reply<AdminResponse> {
+        unimplemented()
+    }
+    async fn delete_account(&self, _r: Request<DeletePolicyRequest>) -> Reply<AdminResponse> {
+        unimplemented()
+    }
+    async fn delete_partition(&self, _r: Request<DeletePolicyRequest>) -> Reply<AdminResponse> {
+        unimplemented()
+    }
     async fn create_reservation(&self, _r: Request<Reservation>) -> Reply<AdminResponse> {
         unimplemented()
     }

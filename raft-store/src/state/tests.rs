@@ -27,7 +27,7 @@ fn register(state: &mut SmState, name: &str, cpus: u32) {
     let r = state.apply(
         &Command::RegisterHost {
             name: name.into(),
-            inventory: Inventory { cpus, mem_mb: 4096 },
+            inventory: Inventory::cpu_mem(cpus, 4096),
             agent_restarted: false,
             running_allocs: Vec::new(),
             now_ms: 1,
@@ -46,7 +46,9 @@ fn place(state: &mut SmState, job_id: JobId, host: &str, cpus: u32) -> Response 
             starts: vec![Placement {
                 job_id,
                 host: host.into(),
-                resources: Resources { cpus, mem_mb: 0 },
+                resources: Resources::cpu_mem(cpus, 0),
+                partition: String::new(),
+                path: 0,
             }],
         },
         &mut dirty,
@@ -283,10 +285,7 @@ fn restarted_agent_loses_allocations_it_does_not_run() {
     s.apply(
         &Command::RegisterHost {
             name: "h1".into(),
-            inventory: Inventory {
-                cpus: 4,
-                mem_mb: 4096,
-            },
+            inventory: Inventory::cpu_mem(4, 4096),
             agent_restarted: true,
             running_allocs: vec![kept],
             now_ms: 9,

@@ -6,7 +6,7 @@
 use serde::Serialize;
 
 use crate::model::{Host, HostState, Inventory, Resources};
-use crate::pass::{PendingJob, RunningJob, Snapshot};
+use crate::pass::{PendingJob, RunningJob, Shape, Snapshot};
 
 /// splitmix64 (Steele, Lea, Flood 2014): small, fast, and good enough to
 /// spread a benchmark's jobs.
@@ -57,10 +57,7 @@ pub fn bench_snapshot(pending: usize, hosts: usize, seed: u64) -> Snapshot {
         // Fill to about 70% with jobs of 1-16 CPUs.
         while allocated.cpus * 10 < cpus * 7 {
             let job_cpus = (1 + rng.below(16) as u32).min(cpus - allocated.cpus);
-            let per_host = Resources {
-                cpus: job_cpus,
-                mem_mb: u64::from(job_cpus) * 2_000,
-            };
+            let per_host = Resources::cpu_mem(job_cpus, u64::from(job_cpus) * 2_000);
             allocated = allocated.saturating_add(per_host);
             let end_ms =
                 (rng.below(10) > 0).then(|| BENCH_NOW_MS + 1_000 * (60 + rng.below(2 * 86_400)));
@@ -69,18 +66,21 @@ pub fn bench_snapshot(pending: usize, hosts: usize, seed: u64) -> Snapshot {
                 hosts: vec![name.clone()],
                 per_host,
                 end_ms,
+                ..RunningJob::default()
             });
             next_id += 1;
         }
         host_list.push(Host {
             name,
-            inventory: Inventory { cpus, mem_mb },
+            inventory: Inventory::cpu_mem(cpus, mem_mb),
             state: if rng.below(100) == 0 {
                 HostState::Down
             } else {
                 HostState::Up
             },
             allocated,
+            partitions: Vec::new(),
+            features: Vec::new(),
         });
     }
     let pending = (0..pending)
@@ -90,19 +90,23 @@ pub fn bench_snapshot(pending: usize, hosts: usize, seed: u64) -> Snapshot {
             let cpus = rng.pick(&[1u32, 2, 4, 8, 16, 32]);
             let job = PendingJob {
                 id: next_id,
-                request: Resources {
-                    cpus,
-                    mem_mb: u64::from(cpus) * rng.pick(&[500u64, 2_000, 4_000]),
+                shape: Shape {
+                    nodes,
+                    per_host: Resources::cpu_mem(
+                        cpus,
+                        u64::from(cpus) * rng.pick(&[500u64, 2_000, 4_000]),
+                    ),
+                    exclusive: gang && rng.below(2) == 0,
+                    ..Shape::default()
                 },
                 held: rng.below(50) == 0,
-                nodes,
-                exclusive: gang && rng.below(2) == 0,
                 time_limit_s: if rng.below(10) == 0 {
                     0
                 } else {
                     rng.pick(&[600u64, 3_600, 14_400, 86_400])
                 },
                 submit_ms: BENCH_NOW_MS.saturating_sub(rng.below(86_400_000)),
+                ..PendingJob::default()
             };
             next_id += 1;
             job
@@ -112,6 +116,7 @@ pub fn bench_snapshot(pending: usize, hosts: usize, seed: u64) -> Snapshot {
         hosts: host_list,
         pending,
         running,
+        ..Snapshot::default()
     }
 }
 

@@ -13,9 +13,14 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use serde::Serialize;
 
 use super::SimError;
+use crate::assoc::UserRecord;
+use crate::catalog::Catalog;
+use crate::deps::{self, DependencySpec};
 use crate::fit::fits;
-use crate::model::{Host, JobId, JobState, Resources};
-use crate::pass::{need_on, schedule, PendingJob, Policy, RunningJob, Snapshot};
+use crate::limits::{self, SubmitCounts};
+use crate::model::{Host, HostState, JobId, JobState, Resources};
+use crate::pass::{schedule, ArrayTask, PendingJob, Policy, RunningJob, Snapshot};
+use crate::qos::{Qos, TresAmounts, TresKind};
 use crate::reason::Reason;
 
 /// One submission.
@@ -24,11 +29,9 @@ pub struct SimJob {
     /// The scenario's name for it, echoed in the output.
     pub name: String,
     pub submit_s: u64,
-    pub nodes: u32,
-    /// Per host.
-    pub request: Resources,
-    pub exclusive: bool,
-    pub time_limit_s: Option<u64>,
+    /// The job as the pass sees it; the engine fills in its id, `held`,
+    /// `submit_ms` and `dependency`.
+    pub spec: PendingJob,
     /// How long it really runs; `None` = until its time limit.
     pub runtime_s: Option<u64>,
     /// Non-zero ends it FAILED.
@@ -36,21 +39,34 @@ pub struct SimJob {
     pub hold: bool,
     /// Refused at submit, with this error.
     pub rejected: Option<String>,
+    /// Its dependencies; the job ids in it are indices into the jobs.
+    pub dependency: Option<DependencySpec>,
+    /// For a task of an array: the index of the array's first task, whose
+    /// job id is the array's id, and the array's `%max` (0 = none).
+    pub array_of: Option<(usize, u32)>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Something that happens at a time. Job lists are indices into the jobs
+/// (several for an array).
+#[derive(Debug, Clone, PartialEq)]
 pub enum SimAction {
-    Cancel,
+    Cancel(Vec<usize>),
     /// Releases a held job (Slurm's `scontrol release`).
-    Release,
+    Release(Vec<usize>),
+    Hold(Vec<usize>),
+    /// The hosts go down: their running jobs end NODE_FAIL.
+    HostDown(Vec<String>),
+    HostUp(Vec<String>),
+    /// The QOS of that name becomes this one.
+    ModifyQos(Box<Qos>),
+    SetAccountPriority(String, i64),
+    SetUserPriority(String, i64),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SimEvent {
     pub at_s: u64,
     pub action: SimAction,
-    /// Index into the jobs.
-    pub job: usize,
 }
 
 /// Everything one run needs.
@@ -60,6 +76,9 @@ pub struct SimInput {
     pub jobs: Vec<SimJob>,
     pub events: Vec<SimEvent>,
     pub policy: Policy,
+    /// Partitions, QOS, accounts, users and starting usage: the snapshot's
+    /// policy objects (its hosts, pending and running are the engine's).
+    pub world: Snapshot,
     pub until_s: Option<u64>,
     /// Write the event lines (scenarios) or only count (trace replay).
     pub emit_events: bool,
@@ -112,6 +131,9 @@ struct JobRun {
     /// CPUs it holds across its hosts (whole hosts when exclusive).
     held_cpus: u64,
     last_reason: Option<Reason>,
+    /// The partition it started in.
+    partition: String,
+    array: Option<ArrayTask>,
 }
 
 #[derive(Serialize)]
@@ -136,6 +158,16 @@ struct PendingLine<'a> {
     event: &'static str,
     job: &'a str,
     reason: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct PriorityLine<'a> {
+    t_s: u64,
+    event: &'static str,
+    job: &'a str,
+    text: &'a str,
 }
 
 #[derive(Serialize)]
@@ -155,11 +187,6 @@ struct EndLine<'a> {
     state: &'static str,
 }
 
-/// CPUs the job holds on `host`: the whole host when exclusive.
-fn need_cpus(host: &Host, job: &SimJob) -> u32 {
-    need_on(host, job.request, job.exclusive).map_or(job.request.cpus, |n| n.cpus)
-}
-
 /// Rounds a figure to 6 decimals so the output does not carry float noise.
 pub(crate) fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
@@ -167,6 +194,10 @@ pub(crate) fn round6(x: f64) -> f64 {
 
 struct Engine<'a> {
     input: &'a SimInput,
+    /// Partitions, QOS, accounts, users and usage as they are now.
+    world: Snapshot,
+    /// Time usage was last accrued and decayed.
+    usage_at_s: u64,
     hosts: Vec<Host>,
     host_index: HashMap<String, usize>,
     runs: Vec<JobRun>,
@@ -201,10 +232,34 @@ impl Engine<'_> {
                 error,
             });
         }
+        if !self.world.accounts.is_empty() {
+            let snapshot = self.snapshot();
+            let catalog = Catalog::new(&snapshot);
+            let counts = SubmitCounts::new(&snapshot, &catalog);
+            if let Err(refusal) = limits::check_submit(&job.spec, &catalog, &counts) {
+                self.runs[idx].status = Status::Done;
+                let error = refusal.to_string();
+                return self.line(&RejectedLine {
+                    t_s,
+                    event: "rejected",
+                    job: &job.name,
+                    error: &error,
+                });
+            }
+        }
         let id = self.next_job_id;
         self.next_job_id += 1;
+        let array = job.array_of.map(|(first, max_running)| ArrayTask {
+            array_id: if first == idx {
+                id
+            } else {
+                self.runs[first].id
+            },
+            max_running,
+        });
         let run = &mut self.runs[idx];
         run.id = id;
+        run.array = array;
         run.status = Status::Pending;
         run.held = job.hold;
         self.pending.insert((id, idx));
@@ -254,7 +309,8 @@ impl Engine<'_> {
                 JobState::Failed
             }
         };
-        match (job.runtime_s, job.time_limit_s) {
+        let limit_s = (job.spec.time_limit_s > 0).then_some(job.spec.time_limit_s);
+        match (job.runtime_s, limit_s) {
             (Some(run), Some(limit)) if run > limit => Some((start_s + limit, JobState::Timeout)),
             (Some(run), _) => Some((start_s + run, own_end(job.exit_code))),
             (None, Some(limit)) => Some((start_s + limit, own_end(job.exit_code))),
@@ -262,8 +318,8 @@ impl Engine<'_> {
         }
     }
 
-    fn pass(&mut self, t_s: u64) -> Result<(), SimError> {
-        let now_ms = t_s.saturating_mul(1000);
+    /// The pass's view of the engine's state now.
+    fn snapshot(&self) -> Snapshot {
         let pending: Vec<PendingJob> = self
             .pending
             .iter()
@@ -271,12 +327,14 @@ impl Engine<'_> {
                 let job = &self.input.jobs[idx];
                 PendingJob {
                     id,
-                    request: job.request,
                     held: self.runs[idx].held,
-                    nodes: job.nodes,
-                    exclusive: job.exclusive,
-                    time_limit_s: job.time_limit_s.unwrap_or(0),
                     submit_ms: job.submit_s.saturating_mul(1000),
+                    dependency: job
+                        .dependency
+                        .as_ref()
+                        .and_then(|d| self.dependency_reason(idx, d)),
+                    array: self.runs[idx].array,
+                    ..job.spec.clone()
                 }
             })
             .collect();
@@ -288,38 +346,57 @@ impl Engine<'_> {
                 let Status::Running { hosts, per_host } = &run.status else {
                     return None;
                 };
+                let spec = &self.input.jobs[idx].spec;
+                let start_s = run.start_s.unwrap_or(0);
                 Some(RunningJob {
                     id: run.id,
                     hosts: hosts.iter().map(|&h| self.hosts[h].name.clone()).collect(),
                     per_host: *per_host,
-                    end_ms: self.input.jobs[idx]
-                        .time_limit_s
-                        .zip(run.start_s)
-                        .map(|(limit_s, start_s)| (start_s + limit_s).saturating_mul(1000)),
+                    end_ms: (spec.time_limit_s > 0)
+                        .then(|| (start_s + spec.time_limit_s).saturating_mul(1000)),
+                    start_ms: start_s.saturating_mul(1000),
+                    user: spec.user.clone(),
+                    account: spec.account.clone(),
+                    qos: spec.qos.clone(),
+                    partition: run.partition.clone(),
+                    array: run.array,
                 })
             })
             .collect();
-        let snapshot = Snapshot {
+        Snapshot {
             hosts: self.hosts.clone(),
             pending,
             running,
-        };
+            ..self.world.clone()
+        }
+    }
+
+    fn pass(&mut self, t_s: u64) -> Result<(), SimError> {
+        let now_ms = t_s.saturating_mul(1000);
+        let snapshot = self.snapshot();
         let plan = schedule(&snapshot, &self.input.policy, now_ms);
         // Starts are applied, and reported, in queue order, whether single
         // hosts or gangs.
-        let mut placed: BTreeMap<JobId, (Vec<&str>, Resources)> = BTreeMap::new();
+        let mut placed: BTreeMap<JobId, (Vec<&str>, Resources, &str)> = BTreeMap::new();
         for p in &plan.starts {
-            placed.insert(p.job_id, (vec![p.host.as_str()], p.resources));
+            placed.insert(
+                p.job_id,
+                (vec![p.host.as_str()], p.resources, p.partition.as_str()),
+            );
         }
         for g in &plan.gang_starts {
             placed.insert(
                 g.job_id,
-                (g.hosts.iter().map(String::as_str).collect(), g.resources),
+                (
+                    g.hosts.iter().map(String::as_str).collect(),
+                    g.resources,
+                    g.partition.as_str(),
+                ),
             );
         }
         let queue: Vec<(JobId, usize)> = self.pending.iter().copied().collect();
         for &(id, idx) in &queue {
-            let Some((names, per_host)) = placed.remove(&id) else {
+            let Some((names, per_host, partition)) = placed.remove(&id) else {
                 continue;
             };
             let job = &self.input.jobs[idx];
@@ -329,15 +406,13 @@ impl Engine<'_> {
                     .host_index
                     .get(name)
                     .ok_or_else(|| SimError::Internal(format!("plan names unknown host {name}")))?;
-                let need = need_on(&self.hosts[h], job.request, job.exclusive)
-                    .filter(|&need| fits(&self.hosts[h], need).is_ok())
-                    .ok_or_else(|| {
-                        SimError::Internal(format!(
-                            "plan puts job {} on {name}, which lacks room",
-                            job.name
-                        ))
-                    })?;
-                self.hosts[h].allocated = self.hosts[h].allocated.saturating_add(need);
+                if fits(&self.hosts[h], per_host).is_err() {
+                    return Err(SimError::Internal(format!(
+                        "plan puts job {} on {name}, which lacks room",
+                        job.name
+                    )));
+                }
+                self.hosts[h].allocated = self.hosts[h].allocated.saturating_add(per_host);
                 hosts.push(h);
             }
             let run = &mut self.runs[idx];
@@ -348,10 +423,8 @@ impl Engine<'_> {
                 per_host,
             };
             run.start_s = Some(t_s);
-            run.held_cpus = hosts
-                .iter()
-                .map(|&h| u64::from(need_cpus(&self.hosts[h], job)))
-                .sum();
+            run.partition = partition.to_string();
+            run.held_cpus = u64::from(per_host.cpus) * hosts.len() as u64;
             run.last_reason = None;
             if let Some((end_s, _)) = Self::natural_end(job, t_s) {
                 self.ends.push(Reverse((end_s, run.id, idx)));
@@ -386,16 +459,215 @@ impl Engine<'_> {
             if self.runs[idx].last_reason.as_ref() == Some(reason) {
                 continue;
             }
-            self.runs[idx].last_reason = Some(reason.clone());
+            self.runs[idx].last_reason = Some(*reason);
             let name = &self.input.jobs[idx].name;
             self.line(&PendingLine {
                 t_s,
                 event: "pending",
                 job: name,
                 reason: reason.code(),
+                detail: plan.details.get(&id).map(String::as_str),
             })?;
         }
         Ok(())
+    }
+}
+
+impl Engine<'_> {
+    /// Why the job's dependencies hold it, if they do.
+    fn dependency_reason(&self, idx: usize, spec: &DependencySpec) -> Option<Reason> {
+        let state_of = |j: JobId| -> Option<JobState> {
+            let run = self.runs.get(usize::try_from(j).ok()?)?;
+            match (&run.status, run.end) {
+                (_, Some((_, state))) => Some(state),
+                (Status::Running { .. }, _) => Some(JobState::Running),
+                (Status::Pending | Status::NotSubmitted, _) => Some(JobState::Pending),
+                (Status::Done, None) => Some(JobState::Cancelled),
+            }
+        };
+        // Singleton: another job of the same name and user is running, or
+        // pending ahead of it.
+        let job = &self.input.jobs[idx];
+        let base = |name: &str| name.split('_').next().unwrap_or(name).to_string();
+        let my_base = base(&job.name);
+        let singleton_blocked = self
+            .running
+            .iter()
+            .chain(self.pending.iter().map(|(_, i)| i).filter(|&&i| i < idx))
+            .any(|&i| {
+                i != idx
+                    && self.input.jobs[i].spec.user == job.spec.user
+                    && base(&self.input.jobs[i].name) == my_base
+            });
+        deps::evaluate(spec, state_of, singleton_blocked).reason()
+    }
+
+    /// Applies one scenario event.
+    fn act(&mut self, action: &SimAction, t_s: u64) -> Result<(), SimError> {
+        match action {
+            SimAction::Cancel(jobs) => {
+                for &j in jobs {
+                    self.finish(j, t_s, JobState::Cancelled)?;
+                }
+            }
+            SimAction::Release(jobs) => {
+                for &j in jobs {
+                    self.runs[j].held = false;
+                }
+            }
+            SimAction::Hold(jobs) => {
+                for &j in jobs {
+                    self.runs[j].held = true;
+                }
+            }
+            SimAction::HostDown(names) => {
+                let down: Vec<usize> = names
+                    .iter()
+                    .filter_map(|n| self.host_index.get(n).copied())
+                    .collect();
+                for &h in &down {
+                    self.hosts[h].state = HostState::Down;
+                }
+                let victims: Vec<usize> = self
+                    .running
+                    .iter()
+                    .copied()
+                    .filter(|&i| matches!(&self.runs[i].status, Status::Running { hosts, .. } if hosts.iter().any(|h| down.contains(h))))
+                    .collect();
+                for i in victims {
+                    self.finish(i, t_s, JobState::NodeFail)?;
+                }
+            }
+            SimAction::HostUp(names) => {
+                for n in names {
+                    if let Some(&h) = self.host_index.get(n) {
+                        self.hosts[h].state = HostState::Up;
+                    }
+                }
+            }
+            SimAction::ModifyQos(qos) => {
+                match self.world.qos.iter_mut().find(|q| q.name == qos.name) {
+                    Some(q) => *q = (**qos).clone(),
+                    None => self.world.qos.push((**qos).clone()),
+                }
+            }
+            SimAction::SetAccountPriority(account, priority) => {
+                let Some(a) = self.world.accounts.iter_mut().find(|a| a.name == *account) else {
+                    return Ok(());
+                };
+                let old = std::mem::replace(&mut a.priority, *priority);
+                if old != *priority {
+                    let text = format!("Priority updated: account {old} -> {priority}");
+                    self.priority_lines(t_s, &text, |e, job| {
+                        e.account_of(job) == Some(account.as_str())
+                    })?;
+                }
+            }
+            SimAction::SetUserPriority(user, priority) => {
+                let old = match self.world.users.iter_mut().find(|u| u.name == *user) {
+                    Some(u) => std::mem::replace(&mut u.priority, *priority),
+                    None => {
+                        self.world.users.push(UserRecord {
+                            name: user.clone(),
+                            priority: *priority,
+                            default_account: String::new(),
+                        });
+                        0
+                    }
+                };
+                if old != *priority {
+                    let text = format!("Priority updated: user {old} -> {priority}");
+                    self.priority_lines(t_s, &text, |_, job| job.spec.user == *user)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The account a job runs under.
+    fn account_of(&self, job: &SimJob) -> Option<&str> {
+        let catalog = Catalog::new(&self.world);
+        catalog
+            .account_of(&job.spec.user, &job.spec.account)
+            .map(|a| {
+                // Borrow from the world, not the catalog.
+                self.world
+                    .accounts
+                    .iter()
+                    .find(|x| x.name == a.name)
+                    .map_or("", |x| x.name.as_str())
+            })
+    }
+
+    /// One `priority` line for each pending or running job `affected`
+    /// picks, in job-id order: the job event of the change.
+    fn priority_lines(
+        &mut self,
+        t_s: u64,
+        text: &str,
+        affected: impl Fn(&Self, &SimJob) -> bool,
+    ) -> Result<(), SimError> {
+        let mut live: Vec<(JobId, usize)> = self.pending.iter().copied().collect();
+        live.extend(self.running.iter().map(|&i| (self.runs[i].id, i)));
+        live.sort_unstable();
+        for (_, i) in live {
+            let job = &self.input.jobs[i];
+            if affected(self, job) {
+                let name = job.name.clone();
+                self.line(&PriorityLine {
+                    t_s,
+                    event: "priority",
+                    job: &name,
+                    text,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decays usage since the last instant and adds what running jobs used
+    /// in it (fair share and the usage limits read it).
+    fn accrue_usage(&mut self, t_s: u64) {
+        let elapsed_s = t_s.saturating_sub(self.usage_at_s) as f64;
+        self.usage_at_s = t_s;
+        if elapsed_s <= 0.0 || (self.world.accounts.is_empty() && self.world.qos.len() <= 1) {
+            return;
+        }
+        let no_decay: Vec<String> = self
+            .world
+            .qos
+            .iter()
+            .filter(|q| q.flags.no_decay)
+            .map(|q| q.name.clone())
+            .collect();
+        let no_decay_refs: Vec<&str> = no_decay.iter().map(String::as_str).collect();
+        let half_life_s = self.input.policy.priority.decay_half_life_s;
+        let mut usage = std::mem::take(&mut self.world.usage);
+        usage.decay(elapsed_s, half_life_s, &no_decay_refs);
+        {
+            let catalog = Catalog::new(&self.world);
+            for &i in &self.running {
+                let Status::Running { hosts, per_host } = &self.runs[i].status else {
+                    continue;
+                };
+                let spec = &self.input.jobs[i].spec;
+                let account = catalog.account_of(&spec.user, &spec.account);
+                let qos_name = catalog.qos_name_of(&spec.qos, account);
+                let factor = catalog.qos(qos_name).map_or(1.0, |q| q.usage_factor);
+                let lineage = account
+                    .map(|a| catalog.lineage(&a.name))
+                    .unwrap_or_default();
+                let mut tres = TresAmounts::default();
+                let n = hosts.len() as u64;
+                tres.set(TresKind::Node, n);
+                tres.set(TresKind::Cpu, u64::from(per_host.cpus) * n);
+                tres.set(TresKind::Mem, per_host.mem_mb * n);
+                tres.set(TresKind::Gpu, u64::from(per_host.gpus) * n);
+                tres.set(TresKind::Emu, u64::from(per_host.emu) * n);
+                usage.accrue(&lineage, qos_name, &tres, elapsed_s, factor);
+            }
+        }
+        self.world.usage = usage;
     }
 }
 
@@ -403,6 +675,8 @@ impl Engine<'_> {
 pub fn simulate(input: &SimInput) -> Result<SimOutput, SimError> {
     let mut engine = Engine {
         input,
+        world: input.world.clone(),
+        usage_at_s: 0,
         hosts: input.hosts.clone(),
         host_index: input
             .hosts
@@ -421,6 +695,8 @@ pub fn simulate(input: &SimInput) -> Result<SimOutput, SimError> {
                 end: None,
                 held_cpus: 0,
                 last_reason: None,
+                partition: String::new(),
+                array: None,
             })
             .collect(),
         pending: BTreeSet::new(),
@@ -480,11 +756,9 @@ pub fn simulate(input: &SimInput) -> Result<SimOutput, SimError> {
                 break;
             }
             next_event += 1;
-            match event.action {
-                SimAction::Cancel => engine.finish(event.job, t_s, JobState::Cancelled)?,
-                SimAction::Release => engine.runs[event.job].held = false,
-            }
+            engine.act(&event.action, t_s)?;
         }
+        engine.accrue_usage(t_s);
         engine.pass(t_s)?;
         passes += 1;
     }

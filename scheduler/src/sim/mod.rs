@@ -63,6 +63,7 @@ pub fn run_scenario(text: &str, file: &str) -> Result<String, SimError> {
         jobs: scenario.jobs,
         events: scenario.events,
         policy: scenario.policy,
+        world: scenario.world,
         until_s: scenario.until_s,
         emit_events: true,
     };

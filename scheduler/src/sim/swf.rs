@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use super::engine::{simulate, SimInput, SimJob, SimStats};
 use super::SimError;
-use crate::model::{Host, HostState, Inventory, Resources};
-use crate::pass::Policy;
+use crate::model::{Host, Inventory, Resources};
+use crate::pass::{PendingJob, Policy, Shape, Snapshot};
 
 /// Fields of a job line, as the Parallel Workloads Archive defines them.
 pub const SWF_FIELDS: usize = 18;
@@ -149,25 +149,28 @@ pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, S
         jobs.push(SimJob {
             name: line_no.to_string(),
             submit_s: submit,
-            nodes: nodes as u32,
-            request: Resources { cpus, mem_mb: 0 },
-            exclusive: false,
-            time_limit_s: Some(limit),
+            spec: PendingJob {
+                shape: Shape {
+                    nodes: nodes as u32,
+                    ..Shape::one(Resources::cpu_mem(cpus, 0))
+                },
+                time_limit_s: limit,
+                ..PendingJob::default()
+            },
             runtime_s: Some(run.min(limit)),
             exit_code: 0,
             hold: false,
             rejected: None,
+            dependency: None,
+            array_of: None,
         });
     }
     let hosts = (1..=hosts_n)
-        .map(|i| Host {
-            name: format!("n{i:05}"),
-            inventory: Inventory {
-                cpus: options.cpus_per_node,
-                mem_mb: 0,
-            },
-            state: HostState::Up,
-            allocated: Resources::default(),
+        .map(|i| {
+            Host::new(
+                format!("n{i:05}"),
+                Inventory::cpu_mem(options.cpus_per_node, 0),
+            )
         })
         .collect();
     let input = SimInput {
@@ -178,6 +181,7 @@ pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, S
             backfill: options.backfill,
             ..Policy::default()
         },
+        world: Snapshot::default(),
         until_s: None,
         emit_events: false,
     };

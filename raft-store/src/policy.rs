@@ -1,0 +1,372 @@
+//! The site's policy objects as replicated state: QOS, accounts (the
+//! association tree), users and partitions, plus the decayed usage fair
+//! share and the usage limits read. Changed only by `SetPolicy` commands;
+//! each change is validated in `apply` (deterministic) and refused whole
+//! when it would leave the tables inconsistent.
+
+use std::collections::BTreeMap;
+
+use berth_scheduler::assoc::ROOT_ACCOUNT;
+use berth_scheduler::qos::NORMAL_QOS;
+use berth_scheduler::usage::Usage;
+use berth_scheduler::{Account, Partition, Qos, UserRecord};
+use serde::{Deserialize, Serialize};
+
+/// Longest policy object name accepted, in bytes.
+pub const POLICY_NAME_BYTES_MAX: usize = 64;
+/// Most objects of each kind (QOS, accounts, users, partitions).
+pub const POLICY_OBJECTS_MAX: usize = 100_000;
+
+/// A partition and the hosts it holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PartitionRecord {
+    pub partition: Partition,
+    /// Host names; empty means every host.
+    pub hosts: Vec<String>,
+}
+
+/// Every policy object, by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PolicyTables {
+    pub qos: BTreeMap<String, Qos>,
+    pub accounts: BTreeMap<String, Account>,
+    pub users: BTreeMap<String, UserRecord>,
+    pub partitions: BTreeMap<String, PartitionRecord>,
+}
+
+/// Decayed usage and the time it was last brought up to date.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UsageState {
+    pub usage: Usage,
+    pub at_ms: u64,
+}
+
+/// One change to the policy tables.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum PolicyChange {
+    UpsertQos(Qos),
+    DeleteQos(String),
+    UpsertAccount(Account),
+    DeleteAccount(String),
+    UpsertUser(UserRecord),
+    UpsertPartition(PartitionRecord),
+    DeletePartition(String),
+}
+
+impl PolicyTables {
+    /// True when the site has defined nothing: jobs then run without
+    /// associations, limits or partitions, and the checks are skipped.
+    pub fn is_empty(&self) -> bool {
+        self.accounts.is_empty()
+            && self.partitions.is_empty()
+            && self
+                .qos
+                .values()
+                .all(|q| q.name == NORMAL_QOS && *q == Qos::default())
+    }
+
+    /// Whether some QOS or account limits how many jobs may be submitted
+    /// (only then must a submit count the jobs already there).
+    pub fn has_submit_limits(&self) -> bool {
+        self.qos
+            .values()
+            .map(|q| &q.limits)
+            .chain(self.accounts.values().map(|a| &a.limits))
+            .any(|l| l.grp_submit_jobs.is_some() || l.max_submit_jobs_per_user.is_some())
+    }
+
+    /// Whether `name` is a QOS (`normal` always is).
+    pub fn has_qos(&self, name: &str) -> bool {
+        name == NORMAL_QOS || self.qos.contains_key(name)
+    }
+
+    /// Checks `change` against the tables; `Err` says what is wrong.
+    pub fn validate(&self, change: &PolicyChange) -> Result<(), String> {
+        let name_ok = |kind: &str, name: &str| -> Result<(), String> {
+            if name.is_empty() {
+                return Err(format!("{kind} name is empty"));
+            }
+            if name.len() > POLICY_NAME_BYTES_MAX {
+                return Err(format!(
+                    "{kind} name is longer than {POLICY_NAME_BYTES_MAX} bytes"
+                ));
+            }
+            if name
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == ',')
+            {
+                return Err(format!(
+                    "{kind} name {name:?} has whitespace, a comma or a control character"
+                ));
+            }
+            Ok(())
+        };
+        let room = |kind: &str, len: usize, exists: bool| -> Result<(), String> {
+            if !exists && len >= POLICY_OBJECTS_MAX {
+                return Err(format!("there are already {POLICY_OBJECTS_MAX} {kind}s"));
+            }
+            Ok(())
+        };
+        match change {
+            PolicyChange::UpsertQos(q) => {
+                name_ok("QOS", &q.name)?;
+                room("QOS", self.qos.len(), self.qos.contains_key(&q.name))?;
+                if !(q.usage_factor.is_finite() && q.usage_factor >= 0.0) {
+                    return Err(format!(
+                        "QOS {}: usage_factor must be a number >= 0",
+                        q.name
+                    ));
+                }
+                if let Some(t) = q.usage_threshold {
+                    if !(0.0..=1.0).contains(&t) {
+                        return Err(format!(
+                            "QOS {}: usage_threshold must be between 0 and 1",
+                            q.name
+                        ));
+                    }
+                }
+                for p in &q.preempt {
+                    if !self.has_qos(p) && *p != q.name {
+                        return Err(format!("QOS {}: preempts unknown QOS {p}", q.name));
+                    }
+                }
+                Ok(())
+            }
+            PolicyChange::DeleteQos(name) => {
+                if !self.qos.contains_key(name) {
+                    return Err(format!("no QOS named {name}"));
+                }
+                if let Some(a) = self.accounts.values().find(|a| a.qos.contains(name)) {
+                    return Err(format!(
+                        "QOS {name} is allowed on account {}; remove it there first",
+                        a.name
+                    ));
+                }
+                if let Some(p) = self.partitions.values().find(|p| p.partition.qos == *name) {
+                    return Err(format!(
+                        "QOS {name} is the QOS of partition {}",
+                        p.partition.name
+                    ));
+                }
+                Ok(())
+            }
+            PolicyChange::UpsertAccount(a) => {
+                name_ok("account", &a.name)?;
+                if a.name == ROOT_ACCOUNT {
+                    return Err("the root account is implicit and cannot be defined".into());
+                }
+                room(
+                    "account",
+                    self.accounts.len(),
+                    self.accounts.contains_key(&a.name),
+                )?;
+                if a.parent != ROOT_ACCOUNT && !a.parent.is_empty() {
+                    if !self.accounts.contains_key(&a.parent) {
+                        return Err(format!(
+                            "account {}: no parent account {}",
+                            a.name, a.parent
+                        ));
+                    }
+                    // The new parent may not be the account or below it.
+                    let mut up = a.parent.as_str();
+                    for _ in 0..=self.accounts.len() {
+                        if up == a.name {
+                            return Err(format!(
+                                "account {}: parent {} would make a cycle",
+                                a.name, a.parent
+                            ));
+                        }
+                        match self.accounts.get(up) {
+                            Some(p) if p.parent != ROOT_ACCOUNT && !p.parent.is_empty() => {
+                                up = p.parent.as_str()
+                            }
+                            _ => break,
+                        }
+                    }
+                }
+                for q in &a.qos {
+                    if !self.has_qos(q) {
+                        return Err(format!("account {}: no QOS named {q}", a.name));
+                    }
+                }
+                if !a.limits.min_tres_per_job.is_empty() {
+                    return Err(format!(
+                        "account {}: min_tres_per_job is a QOS limit, not an account's",
+                        a.name
+                    ));
+                }
+                for u in &a.users {
+                    name_ok("user", u)?;
+                }
+                Ok(())
+            }
+            PolicyChange::DeleteAccount(name) => {
+                if !self.accounts.contains_key(name) {
+                    return Err(format!("no account named {name}"));
+                }
+                if let Some(c) = self.accounts.values().find(|c| c.parent == *name) {
+                    return Err(format!("account {name} has child account {}", c.name));
+                }
+                Ok(())
+            }
+            PolicyChange::UpsertUser(u) => {
+                name_ok("user", &u.name)?;
+                room("user", self.users.len(), self.users.contains_key(&u.name))?;
+                if !u.default_account.is_empty() {
+                    match self.accounts.get(&u.default_account) {
+                        Some(a) if a.users.contains(&u.name) => {}
+                        Some(_) => {
+                            return Err(format!(
+                                "user {}: account {} does not list the user",
+                                u.name, u.default_account
+                            ))
+                        }
+                        None => {
+                            return Err(format!(
+                                "user {}: no account named {}",
+                                u.name, u.default_account
+                            ))
+                        }
+                    }
+                }
+                Ok(())
+            }
+            PolicyChange::UpsertPartition(p) => {
+                name_ok("partition", &p.partition.name)?;
+                room(
+                    "partition",
+                    self.partitions.len(),
+                    self.partitions.contains_key(&p.partition.name),
+                )?;
+                if !p.partition.qos.is_empty() && !self.has_qos(&p.partition.qos) {
+                    return Err(format!(
+                        "partition {}: no QOS named {}",
+                        p.partition.name, p.partition.qos
+                    ));
+                }
+                if let (Some(lo), Some(hi)) = (p.partition.min_nodes, p.partition.max_nodes) {
+                    if lo > hi {
+                        return Err(format!(
+                            "partition {}: min_nodes {lo} > max_nodes {hi}",
+                            p.partition.name
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            PolicyChange::DeletePartition(name) => {
+                if !self.partitions.contains_key(name) {
+                    return Err(format!("no partition named {name}"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Applies a validated change.
+    pub fn apply(&mut self, change: &PolicyChange) {
+        match change {
+            PolicyChange::UpsertQos(q) => {
+                self.qos.insert(q.name.clone(), q.clone());
+            }
+            PolicyChange::DeleteQos(n) => {
+                self.qos.remove(n);
+            }
+            PolicyChange::UpsertAccount(a) => {
+                let mut a = a.clone();
+                if a.parent.is_empty() {
+                    a.parent = ROOT_ACCOUNT.to_string();
+                }
+                self.accounts.insert(a.name.clone(), a);
+            }
+            PolicyChange::DeleteAccount(n) => {
+                self.accounts.remove(n);
+            }
+            PolicyChange::UpsertUser(u) => {
+                self.users.insert(u.name.clone(), u.clone());
+            }
+            PolicyChange::UpsertPartition(p) => {
+                let mut p = p.clone();
+                p.hosts.sort();
+                p.hosts.dedup();
+                // One default partition: the newest one that says so.
+                if p.partition.default {
+                    for other in self.partitions.values_mut() {
+                        other.partition.default = false;
+                    }
+                }
+                self.partitions.insert(p.partition.name.clone(), p);
+            }
+            PolicyChange::DeletePartition(n) => {
+                self.partitions.remove(n);
+            }
+        }
+    }
+
+    /// The partitions `host` belongs to.
+    pub fn partitions_of_host(&self, host: &str) -> Vec<String> {
+        self.partitions
+            .values()
+            .filter(|p| p.hosts.is_empty() || p.hosts.iter().any(|h| h == host))
+            .map(|p| p.partition.name.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_what_would_break_the_tables() {
+        let mut t = PolicyTables::default();
+        let team = Qos::named("team");
+        assert_eq!(t.validate(&PolicyChange::UpsertQos(team.clone())), Ok(()));
+        t.apply(&PolicyChange::UpsertQos(team));
+        let physics = Account {
+            name: "physics".into(),
+            qos: vec!["team".into()],
+            ..Account::default()
+        };
+        t.apply(&PolicyChange::UpsertAccount(physics.clone()));
+        assert_eq!(
+            t.validate(&PolicyChange::DeleteQos("team".into())),
+            Err("QOS team is allowed on account physics; remove it there first".into())
+        );
+        let child = Account {
+            name: "hep".into(),
+            parent: "physics".into(),
+            ..Account::default()
+        };
+        t.apply(&PolicyChange::UpsertAccount(child));
+        let cycle = Account {
+            parent: "hep".into(),
+            ..physics
+        };
+        assert_eq!(
+            t.validate(&PolicyChange::UpsertAccount(cycle)),
+            Err("account physics: parent hep would make a cycle".into())
+        );
+        let bad_qos = Account {
+            name: "chem".into(),
+            qos: vec!["gold".into()],
+            ..Account::default()
+        };
+        assert_eq!(
+            t.validate(&PolicyChange::UpsertAccount(bad_qos)),
+            Err("account chem: no QOS named gold".into())
+        );
+        assert_eq!(
+            t.validate(&PolicyChange::DeleteAccount("physics".into())),
+            Err("account physics has child account hep".into())
+        );
+        assert!(t
+            .validate(&PolicyChange::UpsertQos(Qos::named("a b")))
+            .is_err());
+        assert!(!t.is_empty());
+        assert!(PolicyTables::default().is_empty());
+    }
+}

@@ -1,0 +1,288 @@
+//! The parts of `apply` that read or change the policy tables: policy
+//! changes themselves, submit-time checks and resolution (account, QOS,
+//! default time limit), the limit re-check of a plan's placements
+//! (invariant 3: the same `limits::check` the pass used), and usage
+//! accrual for fair share and the usage limits.
+
+use berth_scheduler::catalog::Catalog;
+use berth_scheduler::limits::{self, Charge, LimitRequest, SubmitCounts, Tally};
+use berth_scheduler::qos::{TresAmounts, TresKind, NORMAL_QOS};
+use berth_scheduler::{JobSpec, JobState, PendingJob, Placement, Qos, Shape, Snapshot};
+
+use super::{Dirty, SmState};
+use crate::command::Response;
+use crate::policy::PolicyChange;
+
+/// The re-check state for one plan: the snapshot the limits are read
+/// against, and what the plan's accepted placements hold so far.
+pub(super) struct LimitRecheck {
+    snapshot: Snapshot,
+    tally: Tally,
+}
+
+impl SmState {
+    pub(super) fn set_policy(
+        &mut self,
+        change: &PolicyChange,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
+        if let Err(reason) = self.data.policy.validate(change) {
+            return Response::Rejected { reason };
+        }
+        // A priority input change reaches the pending and running jobs of
+        // that account or user, each with an event.
+        let update = match change {
+            PolicyChange::UpsertAccount(a) => {
+                let old = self
+                    .data
+                    .policy
+                    .accounts
+                    .get(&a.name)
+                    .map_or(0, |o| o.priority);
+                (old != a.priority).then(|| {
+                    (
+                        format!("Priority updated: account {old} -> {}", a.priority),
+                        Some(a.name.clone()),
+                        None,
+                    )
+                })
+            }
+            PolicyChange::UpsertUser(u) => {
+                let old = self
+                    .data
+                    .policy
+                    .users
+                    .get(&u.name)
+                    .map_or(0, |o| o.priority);
+                (old != u.priority).then(|| {
+                    (
+                        format!("Priority updated: user {old} -> {}", u.priority),
+                        None,
+                        Some(u.name.clone()),
+                    )
+                })
+            }
+            _ => None,
+        };
+        self.data.policy.apply(change);
+        if let Some((text, account, user)) = update {
+            let live: Vec<u64> = self.pending.iter().chain(&self.running).copied().collect();
+            for id in live {
+                let Some(record) = self.data.jobs.get_mut(&id) else {
+                    continue;
+                };
+                let spec = &record.job.spec;
+                let hit = account.as_ref().is_some_and(|a| spec.account == *a)
+                    || user.as_ref().is_some_and(|u| spec.user == *u);
+                if hit {
+                    record.push_event(now_ms, "priority", text.clone());
+                    dirty.jobs.insert(id);
+                }
+            }
+        }
+        Response::PolicySet
+    }
+
+    /// The policy objects as a scheduler snapshot (no hosts or jobs).
+    pub(crate) fn policy_snapshot(&self) -> Snapshot {
+        let policy = &self.data.policy;
+        let mut qos: Vec<Qos> = policy.qos.values().cloned().collect();
+        if !policy.qos.contains_key(NORMAL_QOS) {
+            qos.push(Qos::default());
+        }
+        Snapshot {
+            partitions: policy
+                .partitions
+                .values()
+                .map(|p| p.partition.clone())
+                .collect(),
+            qos,
+            accounts: policy.accounts.values().cloned().collect(),
+            users: policy.users.values().cloned().collect(),
+            usage: self.data.usage.usage.clone(),
+            ..Snapshot::default()
+        }
+    }
+
+    /// The submit checks that read the policy (account, QOS and partition
+    /// exist and are allowed, nice entitlement, DenyOnLimit, submit
+    /// limits), and the spec as the job will keep it: with its resolved
+    /// account and QOS, and the partition's default time limit when it
+    /// asked for none (Slurm records all three at submit).
+    pub(super) fn resolve_submit(&self, spec: &JobSpec) -> Result<JobSpec, String> {
+        let policy = &self.data.policy;
+        if policy.is_empty() {
+            return Ok(spec.clone());
+        }
+        let mut snapshot = self.policy_snapshot();
+        if policy.has_submit_limits() {
+            let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
+            snapshot.pending = full.pending;
+            snapshot.running = full.running;
+        }
+        let catalog = Catalog::new(&snapshot);
+        let job = pending_of(spec);
+        let counts = SubmitCounts::new(&snapshot, &catalog);
+        limits::check_submit(&job, &catalog, &counts).map_err(|e| e.to_string())?;
+        let mut resolved = spec.clone();
+        let account = catalog.account_of(&spec.user, &spec.account);
+        if let Some(a) = account {
+            resolved.account = a.name.clone();
+        }
+        resolved.qos = catalog.qos_name_of(&spec.qos, account).to_string();
+        if resolved.time_limit_s == 0 {
+            if let Some(limit_s) = catalog
+                .partitions_of(&job)
+                .first()
+                .and_then(|p| p.default_limit_s())
+            {
+                resolved.time_limit_s = limit_s;
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// The job event of a submit: the priority inputs it starts with.
+    pub(super) fn priority_set_text(&self, spec: &JobSpec) -> String {
+        let policy = &self.data.policy;
+        let qos = policy.qos.get(&spec.qos).map_or(0, |q| q.priority);
+        let account = policy.accounts.get(&spec.account).map_or(0, |a| a.priority);
+        let user = policy.users.get(&spec.user).map_or(0, |u| u.priority);
+        format!(
+            "Priority set (qos: {qos}, account: {account}, user: {user}, nice: {})",
+            -i64::from(spec.nice)
+        )
+    }
+
+    /// Builds the limit re-check for one plan; `None` when the site has no
+    /// policy objects (nothing to check).
+    pub(super) fn limit_recheck(&self, now_ms: u64) -> Option<LimitRecheck> {
+        if self.data.policy.is_empty() {
+            return None;
+        }
+        let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
+        let snapshot = Snapshot {
+            pending: Vec::new(),
+            ..full
+        };
+        let tally = Tally::new(&snapshot, &Catalog::new(&snapshot), now_ms);
+        Some(LimitRecheck { snapshot, tally })
+    }
+
+    /// Invariant 3 for limits: the placement passes the same
+    /// `limits::check` against what running jobs and the plan's earlier
+    /// placements hold, and is charged when it does.
+    pub(super) fn limits_allow(
+        &self,
+        recheck: &mut Option<LimitRecheck>,
+        placement: &Placement,
+    ) -> bool {
+        let Some(rc) = recheck.as_mut() else {
+            return true;
+        };
+        let Some(record) = self.data.jobs.get(&placement.job_id) else {
+            return false;
+        };
+        let spec = &record.job.spec;
+        let catalog = Catalog::new(&rc.snapshot);
+        let account = catalog.account_of(&spec.user, &spec.account);
+        let Some(qos) = catalog.qos(catalog.qos_name_of(&spec.qos, account)) else {
+            return false;
+        };
+        let partition = catalog.partition(&placement.partition);
+        if catalog.partitioned && partition.is_none() {
+            return false;
+        }
+        let shape = Shape::one(placement.resources);
+        let hosts = [placement.host.as_str()];
+        let request = LimitRequest {
+            user: &spec.user,
+            account: account.map_or("", |a| a.name.as_str()),
+            qos,
+            partition,
+            shape: &shape,
+            time_limit_s: spec.time_limit_s,
+            hosts: Some(&hosts),
+            fairshare: None,
+            has_reservation: false,
+        };
+        if limits::check(&request, &catalog, &rc.tally, &rc.snapshot.usage).is_err() {
+            return false;
+        }
+        rc.tally.charge(&Charge {
+            user: &spec.user,
+            account: request.account,
+            qos: &qos.name,
+            partition_qos: partition.map(|p| p.qos.as_str()).filter(|q| !q.is_empty()),
+            hosts: &hosts,
+            per_host: placement.resources,
+            time_limit_s: spec.time_limit_s,
+        });
+        true
+    }
+
+    /// Decays usage to `now_ms` and adds what running jobs used since the
+    /// last accrual (fair share and `GrpTRESMins`/`GrpWall` read it).
+    pub(super) fn accrue_usage(&mut self, now_ms: u64) {
+        let at_ms = self.data.usage.at_ms;
+        self.data.usage.at_ms = now_ms.max(at_ms);
+        if self.data.policy.accounts.is_empty() || now_ms <= at_ms || at_ms == 0 {
+            return;
+        }
+        let elapsed_s = (now_ms - at_ms) as f64 / 1000.0;
+        let snapshot = self.policy_snapshot();
+        let catalog = Catalog::new(&snapshot);
+        let no_decay: Vec<&str> = snapshot
+            .qos
+            .iter()
+            .filter(|q| q.flags.no_decay)
+            .map(|q| q.name.as_str())
+            .collect();
+        let mut usage = snapshot.usage.clone();
+        // Slurm's PriorityDecayHalfLife default: 7 days.
+        usage.decay(elapsed_s, 7 * 86_400, &no_decay);
+        for id in &self.running {
+            let Some(record) = self.data.jobs.get(id) else {
+                continue;
+            };
+            let Some(alloc) = &record.job.alloc else {
+                continue;
+            };
+            if record.job.state != JobState::Running {
+                continue;
+            }
+            let spec = &record.job.spec;
+            let account = catalog.account_of(&spec.user, &spec.account);
+            let qos = catalog.qos_name_of(&spec.qos, account);
+            let factor = catalog.qos(qos).map_or(1.0, |q| q.usage_factor);
+            let lineage = account
+                .map(|a| catalog.lineage(&a.name))
+                .unwrap_or_default();
+            let r = alloc.resources;
+            let mut tres = TresAmounts::default();
+            tres.set(TresKind::Node, 1);
+            tres.set(TresKind::Cpu, u64::from(r.cpus));
+            tres.set(TresKind::Mem, r.mem_mb);
+            tres.set(TresKind::Gpu, u64::from(r.gpus));
+            tres.set(TresKind::Emu, u64::from(r.emu));
+            usage.accrue(&lineage, qos, &tres, elapsed_s, factor);
+        }
+        self.data.usage.usage = usage;
+    }
+}
+
+/// A submitted spec as the scheduler sees a pending job.
+pub(super) fn pending_of(spec: &JobSpec) -> PendingJob {
+    PendingJob {
+        shape: Shape::one(spec.per_host()),
+        held: spec.hold,
+        time_limit_s: spec.time_limit_s,
+        user: spec.user.clone(),
+        account: spec.account.clone(),
+        qos: spec.qos.clone(),
+        partitions: spec.partitions.clone(),
+        nice: spec.nice,
+        ..PendingJob::default()
+    }
+}

@@ -1,0 +1,180 @@
+//! Name lookups over a snapshot's policy objects, built once per pass:
+//! QOS, accounts (with their ancestors), users and partitions, and how a
+//! job's unset fields resolve (default account, default QOS, default
+//! partition, default time limit).
+
+use std::collections::HashMap;
+
+use crate::assoc::{Account, UserRecord, ROOT_ACCOUNT};
+use crate::model::Host;
+use crate::partition::Partition;
+use crate::pass::{PendingJob, Snapshot};
+use crate::qos::{Qos, NORMAL_QOS};
+
+/// Bound on the depth of the account tree, so a cycle in bad input cannot
+/// loop forever.
+pub const ACCOUNT_DEPTH_MAX: usize = 32;
+
+pub struct Catalog<'a> {
+    qos: HashMap<&'a str, &'a Qos>,
+    /// Used when the snapshot defines no QOS named `normal`.
+    normal: Qos,
+    accounts: HashMap<&'a str, &'a Account>,
+    /// user -> the accounts that list them, in snapshot order.
+    user_accounts: HashMap<&'a str, Vec<&'a Account>>,
+    users: HashMap<&'a str, &'a UserRecord>,
+    partitions: HashMap<&'a str, &'a Partition>,
+    default_partition: Option<&'a Partition>,
+    /// True when the snapshot defines partitions: hosts then serve only
+    /// the partitions they list.
+    pub partitioned: bool,
+    /// True when the snapshot defines accounts: every job then needs one.
+    pub has_accounts: bool,
+    /// The highest QOS priority (normalises the QOS factor).
+    pub qos_priority_max: u32,
+    /// The highest partition `priority_job_factor`.
+    pub partition_factor_max: u32,
+}
+
+impl<'a> Catalog<'a> {
+    pub fn new(snapshot: &'a Snapshot) -> Catalog<'a> {
+        let qos: HashMap<&str, &Qos> = snapshot.qos.iter().map(|q| (q.name.as_str(), q)).collect();
+        let accounts: HashMap<&str, &Account> = snapshot
+            .accounts
+            .iter()
+            .map(|a| (a.name.as_str(), a))
+            .collect();
+        let mut user_accounts: HashMap<&str, Vec<&Account>> = HashMap::new();
+        for a in &snapshot.accounts {
+            for u in &a.users {
+                user_accounts.entry(u.as_str()).or_default().push(a);
+            }
+        }
+        let partitions: HashMap<&str, &Partition> = snapshot
+            .partitions
+            .iter()
+            .map(|p| (p.name.as_str(), p))
+            .collect();
+        let default_partition = snapshot
+            .partitions
+            .iter()
+            .find(|p| p.default)
+            .or(snapshot.partitions.first());
+        Catalog {
+            qos_priority_max: snapshot.qos.iter().map(|q| q.priority).max().unwrap_or(0),
+            partition_factor_max: snapshot
+                .partitions
+                .iter()
+                .map(|p| p.priority_job_factor)
+                .max()
+                .unwrap_or(0),
+            qos,
+            normal: Qos::default(),
+            accounts,
+            user_accounts,
+            users: snapshot
+                .users
+                .iter()
+                .map(|u| (u.name.as_str(), u))
+                .collect(),
+            partitions,
+            default_partition,
+            partitioned: !snapshot.partitions.is_empty(),
+            has_accounts: !snapshot.accounts.is_empty(),
+        }
+    }
+
+    pub fn qos(&self, name: &str) -> Option<&Qos> {
+        match self.qos.get(name) {
+            Some(q) => Some(q),
+            None if name == NORMAL_QOS => Some(&self.normal),
+            None => None,
+        }
+    }
+
+    pub fn account(&self, name: &str) -> Option<&'a Account> {
+        self.accounts.get(name).copied()
+    }
+
+    pub fn user(&self, name: &str) -> Option<&'a UserRecord> {
+        self.users.get(name).copied()
+    }
+
+    pub fn partition(&self, name: &str) -> Option<&'a Partition> {
+        self.partitions.get(name).copied()
+    }
+
+    /// The account a job of `user` runs under when it names `asked` ("" =
+    /// the user's default). `None` when the user has no account at all.
+    pub fn account_of(&self, user: &str, asked: &str) -> Option<&'a Account> {
+        if !asked.is_empty() {
+            return self.account(asked);
+        }
+        if let Some(default) = self
+            .user(user)
+            .map(|u| u.default_account.as_str())
+            .filter(|d| !d.is_empty())
+        {
+            return self.account(default);
+        }
+        self.user_accounts
+            .get(user)
+            .and_then(|a| a.first().copied())
+    }
+
+    /// The QOS name a job runs under: the one it asked, else its account's
+    /// default (the first it allows), else `normal`.
+    pub fn qos_name_of<'j>(&self, job_qos: &'j str, account: Option<&'a Account>) -> &'j str
+    where
+        'a: 'j,
+    {
+        if !job_qos.is_empty() {
+            return job_qos;
+        }
+        account
+            .and_then(|a| a.qos.first())
+            .map(String::as_str)
+            .unwrap_or(NORMAL_QOS)
+    }
+
+    /// The account and its ancestors up to (not including) the root, the
+    /// account itself first.
+    pub fn lineage(&self, account: &'a str) -> Vec<&'a str> {
+        let mut chain = Vec::new();
+        let mut name = account;
+        for _ in 0..ACCOUNT_DEPTH_MAX {
+            if name.is_empty() || name == ROOT_ACCOUNT {
+                break;
+            }
+            chain.push(name);
+            match self.account(name) {
+                Some(a) => name = a.parent.as_str(),
+                None => break,
+            }
+        }
+        chain
+    }
+
+    /// The partitions a job may run in, in its order of preference. Empty
+    /// when the snapshot has no partitions (every host serves every job).
+    pub fn partitions_of(&self, job: &PendingJob) -> Vec<&'a Partition> {
+        if !self.partitioned {
+            return Vec::new();
+        }
+        if job.partitions.is_empty() {
+            return self.default_partition.into_iter().collect();
+        }
+        job.partitions
+            .iter()
+            .filter_map(|p| self.partition(p))
+            .collect()
+    }
+
+    /// Whether `host` serves `partition` (`None`: no partitions defined).
+    pub fn host_in(&self, host: &Host, partition: Option<&Partition>) -> bool {
+        match partition {
+            None => true,
+            Some(p) => host.partitions.contains(&p.name),
+        }
+    }
+}
