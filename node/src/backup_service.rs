@@ -27,9 +27,51 @@ const BACKUP_STREAM_BUFFER_CHUNKS: usize = 4;
 pub type BackupStream = Pin<Box<dyn Stream<Item = Result<BackupChunk, Status>> + Send>>;
 
 /// Takes a backup on this node, which must be the leader, and streams it.
+///
+/// The read barrier is passed before answering, so a node that cannot lead
+/// says so in the call's status (and the client tries another). The state
+/// is serialized after the answer's headers are sent, inside the stream: a
+/// large state then takes as long as it needs without running into the
+/// client's deadline for an answer; a failure there ends the stream with
+/// an error.
 pub async fn backup_state(node: &Node, store: &StateMachineStore) -> Result<BackupStream, Status> {
     node.read_barrier().await?;
     let store = store.clone();
+    let (tx, rx) = tokio::sync::mpsc::channel(BACKUP_STREAM_BUFFER_CHUNKS);
+    tokio::spawn(async move {
+        let (info, bytes) = match take_backup(store).await {
+            Ok(taken) => taken,
+            Err(status) => {
+                let _ = tx.send(Err(status)).await;
+                return;
+            }
+        };
+        let mut info = Some(info);
+        let mut offset = 0usize;
+        // An empty file still sends one chunk, carrying the info.
+        loop {
+            let end = (offset + BACKUP_CHUNK_BYTES).min(bytes.len());
+            let chunk = BackupChunk {
+                info: info.take(),
+                offset: offset as u64,
+                data: bytes[offset..end].to_vec(),
+            };
+            if tx.send(Ok(chunk)).await.is_err() {
+                tracing::info!(offset, "backup receiver went away");
+                return;
+            }
+            offset = end;
+            if offset >= bytes.len() {
+                return;
+            }
+        }
+    });
+    Ok(Box::pin(ReceiverStream::new(rx)))
+}
+
+/// Serializes the applied state on a blocking thread and frames it as a
+/// backup file; returns its description and the file's bytes.
+async fn take_backup(store: StateMachineStore) -> Result<(BackupInfo, Vec<u8>), Status> {
     let created_ms = now_ms();
     let started = std::time::Instant::now();
     let built = tokio::task::spawn_blocking(move || {
@@ -61,27 +103,5 @@ pub async fn backup_state(node: &Node, store: &StateMachineStore) -> Result<Back
         took_ms = started.elapsed().as_millis() as u64,
         "backup taken"
     );
-    let (tx, rx) = tokio::sync::mpsc::channel(BACKUP_STREAM_BUFFER_CHUNKS);
-    tokio::spawn(async move {
-        let mut info = Some(info);
-        let mut offset = 0usize;
-        // An empty file still sends one chunk, carrying the info.
-        loop {
-            let end = (offset + BACKUP_CHUNK_BYTES).min(bytes.len());
-            let chunk = BackupChunk {
-                info: info.take(),
-                offset: offset as u64,
-                data: bytes[offset..end].to_vec(),
-            };
-            if tx.send(Ok(chunk)).await.is_err() {
-                tracing::info!(offset, "backup receiver went away");
-                return;
-            }
-            offset = end;
-            if offset >= bytes.len() {
-                return;
-            }
-        }
-    });
-    Ok(Box::pin(ReceiverStream::new(rx)))
+    Ok((info, bytes))
 }
