@@ -119,7 +119,21 @@ pub fn event_to_proto(job_id: u64, e: &JobEvent) -> api::JobEvent {
 }
 
 pub fn inventory_from_proto(i: &api::Inventory) -> Inventory {
-    Inventory::cpu_mem(i.cpus, i.memory_mb)
+    let mut inventory = Inventory::cpu_mem(i.cpus, i.memory_mb);
+    inventory.gpus = u32::try_from(i.gpus.len()).unwrap_or(u32::MAX);
+    // One model per host: the scheduler places by model, and a host with
+    // mixed models is reported as the first one's (agents list GPUs in
+    // device order).
+    inventory.gpu_type = i.gpus.first().map(|g| g.model.clone()).unwrap_or_default();
+    inventory.emulator = i
+        .emulators
+        .first()
+        .map(|e| berth_scheduler::EmulatorInventory {
+            kind: e.kind.clone(),
+            group: e.group.clone(),
+            units: u32::try_from(e.unit_ids.len()).unwrap_or(u32::MAX),
+        });
+    inventory
 }
 
 pub fn host_to_proto(h: &HostRecord, up: bool) -> api::Host {

@@ -659,13 +659,32 @@ impl SmState {
         if placement.resources != record.job.spec.per_host() {
             return false;
         }
-        let Some(host) = self.data.hosts.get_mut(&placement.host) else {
+        let Some(host) = self.data.hosts.get(&placement.host) else {
             return false;
         };
         // Liveness is leader soft state; the re-check is about capacity.
         if fits(&host.view(HostState::Up), placement.resources).is_err() {
             return false;
         }
+        let gpu_indices = if placement.resources.gpus > 0 {
+            let total = host.inventory.gpus;
+            let in_use: Vec<u32> = self
+                .running
+                .iter()
+                .filter_map(|id| self.data.jobs.get(id)?.job.alloc.as_ref())
+                .filter(|a| a.host == placement.host)
+                .flat_map(|a| a.gpu_indices.iter().copied())
+                .collect();
+            match berth_scheduler::gres::pick_devices(total, &in_use, placement.resources.gpus) {
+                Some(picked) => picked,
+                None => return false,
+            }
+        } else {
+            Vec::new()
+        };
+        let Some(host) = self.data.hosts.get_mut(&placement.host) else {
+            return false;
+        };
         host.allocated = host.allocated.saturating_add(placement.resources);
         debug_assert!(host.allocated.within(host.inventory.resources()));
         let alloc_id = self.data.counters.next_alloc_id;
@@ -680,6 +699,7 @@ impl SmState {
             resources: placement.resources,
             start_ms: now_ms,
             partition: placement.partition.clone(),
+            gpu_indices,
         });
         record.push_event(
             now_ms,
@@ -809,12 +829,7 @@ pub fn validate_submit(request_id: &str, spec: &JobSpec) -> Result<(), String> {
             spec.nodes
         ));
     }
-    if !spec.gres.is_empty() {
-        return Err(format!(
-            "generic resources are not supported yet (asked for {})",
-            spec.gres.join(",")
-        ));
-    }
+    spec.shape()?;
     Ok(())
 }
 

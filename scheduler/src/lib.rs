@@ -27,6 +27,7 @@ pub mod catalog;
 pub mod deps;
 pub mod explain;
 pub mod fit;
+pub mod gres;
 pub mod limits;
 pub mod model;
 pub mod partition;

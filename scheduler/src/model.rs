@@ -206,9 +206,22 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
-    /// What one host must provide for this job.
+    /// What one host must provide for this job: CPUs, memory, and the
+    /// GPUs and emulator units of its `gres`. A spec whose `gres` does not
+    /// parse (refused at submit, so never stored) counts CPUs and memory.
     pub fn per_host(&self) -> Resources {
-        Resources::cpu_mem(self.cpus.max(1), self.mem_mb)
+        self.shape().map_or_else(
+            |_| Resources::cpu_mem(self.cpus.max(1), self.mem_mb),
+            |s| s.per_host,
+        )
+    }
+
+    /// Its resource request as the scheduler places it (one host, shared;
+    /// `gres` gives the GPU model and emulator kind).
+    pub fn shape(&self) -> Result<crate::pass::Shape, String> {
+        let mut shape = crate::pass::Shape::one(Resources::cpu_mem(self.cpus.max(1), self.mem_mb));
+        crate::gres::apply_gres(&mut shape, &self.gres)?;
+        Ok(shape)
     }
 }
 
@@ -253,6 +266,10 @@ pub struct Allocation {
     /// The partition it runs in ("" when the site has none).
     #[serde(default)]
     pub partition: String,
+    /// The GPU devices it holds on its host (positions in the host's
+    /// reported GPU list), lowest free first.
+    #[serde(default)]
+    pub gpu_indices: Vec<u32>,
 }
 
 /// A job as the state machine keeps it.

@@ -275,7 +275,7 @@ impl SmState {
 /// A submitted spec as the scheduler sees a pending job.
 pub(super) fn pending_of(spec: &JobSpec) -> PendingJob {
     PendingJob {
-        shape: Shape::one(spec.per_host()),
+        shape: spec.shape().unwrap_or_else(|_| Shape::one(spec.per_host())),
         held: spec.hold,
         time_limit_s: spec.time_limit_s,
         user: spec.user.clone(),

@@ -412,3 +412,128 @@ fn silent_host_fails_its_jobs_only() {
     );
     assert_eq!(again, Response::HostsFailed { jobs_ended: 0 });
 }
+
+#[test]
+fn gpu_jobs_get_distinct_devices_and_policy_limits_are_rechecked() {
+    let mut s = SmState::default();
+    let mut dirty = Dirty::default();
+    let mut inventory = Inventory::cpu_mem(16, 4096);
+    // Room for all three jobs on the host: only the QOS limit refuses one.
+    inventory.gpus = 8;
+    inventory.gpu_type = "a100".into();
+    s.apply(
+        &Command::RegisterHost {
+            name: "g1".into(),
+            inventory,
+            agent_restarted: false,
+            running_allocs: Vec::new(),
+            now_ms: 1,
+        },
+        &mut dirty,
+    );
+    // A QOS allowing 4 GPUs at once for the account, so the third 2-GPU
+    // job is refused by the limit even though a plan proposes it.
+    let team = berth_scheduler::Qos {
+        limits: berth_scheduler::Limits {
+            grp_tres: berth_scheduler::TresLimits {
+                gpu: Some(4),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+        ..berth_scheduler::Qos::named("team")
+    };
+    for change in [
+        crate::policy::PolicyChange::UpsertQos(team),
+        crate::policy::PolicyChange::UpsertAccount(berth_scheduler::Account {
+            name: "lab".into(),
+            users: vec!["alice".into()],
+            qos: vec!["team".into()],
+            ..Default::default()
+        }),
+    ] {
+        assert_eq!(
+            s.apply(&Command::SetPolicy { change, now_ms: 2 }, &mut dirty),
+            Response::PolicySet
+        );
+    }
+    let gpu_spec = JobSpec {
+        gres: vec!["gpu:a100:2".into()],
+        ..spec("true", 1)
+    };
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        match s.apply(
+            &Command::SubmitJob {
+                request_id: format!("g{n}"),
+                spec: gpu_spec.clone(),
+                now_ms: 3,
+            },
+            &mut dirty,
+        ) {
+            Response::Submitted { job_id, .. } => ids.push(job_id),
+            other => panic!("submit: {other:?}"),
+        }
+    }
+    let record = s.job(ids[0]).expect("job");
+    assert_eq!(
+        (
+            record.job.spec.account.as_str(),
+            record.job.spec.qos.as_str()
+        ),
+        ("lab", "team")
+    );
+    assert_eq!(
+        record.events.last().map(|e| e.message.as_str()),
+        Some("Priority set (qos: 0, account: 0, user: 0, nice: 0)")
+    );
+    let per_host = gpu_spec.per_host();
+    assert_eq!(per_host.gpus, 2);
+    let starts = ids
+        .iter()
+        .map(|&job_id| Placement {
+            job_id,
+            host: "g1".into(),
+            resources: per_host,
+            partition: String::new(),
+            path: 0,
+        })
+        .collect();
+    let r = s.apply(
+        &Command::ApplyPlan {
+            snapshot_index: 0,
+            now_ms: 4,
+            starts,
+        },
+        &mut dirty,
+    );
+    assert_eq!(
+        r,
+        Response::PlanApplied {
+            started: 2,
+            dropped: 1
+        }
+    );
+    let devices = |id| {
+        s.job(id)
+            .and_then(|r| r.job.alloc.as_ref())
+            .map(|a| a.gpu_indices.clone())
+    };
+    assert_eq!(devices(ids[0]), Some(vec![0, 1]));
+    assert_eq!(devices(ids[1]), Some(vec![2, 3]));
+    assert_eq!(devices(ids[2]), None);
+    // An unknown GRES is refused at submit, changing nothing.
+    let bad = JobSpec {
+        gres: vec!["fpga:1".into()],
+        ..spec("true", 1)
+    };
+    let r = s.apply(
+        &Command::SubmitJob {
+            request_id: "bad".into(),
+            spec: bad,
+            now_ms: 5,
+        },
+        &mut dirty,
+    );
+    assert!(matches!(r, Response::Rejected { .. }), "{r:?}");
+}
