@@ -27,6 +27,7 @@ pub mod catalog;
 pub mod deps;
 pub mod explain;
 pub mod fit;
+mod fxhash;
 pub mod gres;
 pub mod limits;
 pub mod model;

@@ -18,9 +18,9 @@
 //! hold, built once per pass, and allocates nothing unless a limit is hit.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::catalog::{Catalog, ACCOUNT_DEPTH_MAX};
+use crate::fxhash::Fx;
 use crate::model::Resources;
 use crate::partition::Partition;
 use crate::pass::{PendingJob, Shape, Snapshot};
@@ -63,59 +63,6 @@ fn per_node(per_host: Resources, kind: TresKind) -> u64 {
 // Interning. `check` runs for up to 100,000 jobs a pass, so names become
 // dense ids once, and groups are keyed by ids with a cheap hasher (the
 // default SipHash is several times slower on these short keys).
-
-/// FxHash (as in rustc): fast, deterministic, not DoS-resistant, which is
-/// fine for a per-pass table rebuilt from trusted state.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    fn write_u8(&mut self, v: u8) {
-        self.add(u64::from(v));
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.add(u64::from(v));
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.add(v);
-    }
-
-    fn write_usize(&mut self, v: usize) {
-        self.add(v as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type Fx = BuildHasherDefault<FxHasher>;
 
 #[derive(Debug, Default, Clone)]
 struct Names {

@@ -12,13 +12,13 @@
 //! job, policy objects resolved once per distinct name.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::assoc::{Account, ROOT_ACCOUNT};
 use crate::catalog::{Catalog, ACCOUNT_DEPTH_MAX};
+use crate::fxhash::FxMap;
 use crate::model::JobId;
 use crate::pass::{PendingJob, PriorityWeights, Snapshot};
 use crate::qos::TresKind;
@@ -75,52 +75,6 @@ pub fn update_texts(old: &PriorityBreakdown, new: &PriorityBreakdown) -> Vec<Str
     .map(|(what, was, now)| format!("Priority updated: {what} {was} -> {now}"))
     .collect()
 }
-
-/// FxHash (rustc's hasher): the per-job lookups here are on short names
-/// and run 100,000 times a pass, where SipHash's flooding resistance buys
-/// nothing (the keys are the site's own account and QOS names).
-#[derive(Default, Clone, Copy)]
-struct FxHasher {
-    hash: u64,
-}
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        for &b in chunks.remainder() {
-            self.add(u64::from(b));
-        }
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        // The multiply mixes upwards; the table picks buckets by the low
-        // bits, so bring the mixed high bits down (as rustc-hash 2 does).
-        self.hash.rotate_left(26)
-    }
-}
-
-type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
 
 /// The parent an account's shares are normalised under: its parent when
 /// that is another known account, else the root (an unknown or missing
