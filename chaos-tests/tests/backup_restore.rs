@@ -2,8 +2,8 @@
 //! admin backup` (sent to a follower, which passes it to the leader) writes
 //! the backup file, `berthd store restore` makes node 1 of a fresh 3-node
 //! cluster from it, and the fresh cluster (nodes 2 and 3 start empty) holds
-//! the same jobs on every node, keeps the id counter and request ids, and
-//! runs new work. Every wait is a condition with a deadline.
+//! the same jobs on every node, keeps the id counter, request ids, QOS and
+//! accounts, and runs new work. Every wait is a condition with a deadline.
 
 use std::path::Path;
 use std::process::Output;
@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use berth_chaos::harness::{connect, status_of, tool, ClusterOptions, LocalCluster};
 use berth_proto::api::{
-    CancelJobRequest, GetJobRequest, JobSpec, JobState, ListJobsRequest, SubmitJobRequest,
+    Account, CancelJobRequest, GetJobRequest, JobSpec, JobState, ListAccountsRequest,
+    ListJobsRequest, ListQosRequest, Qos, SubmitJobRequest,
 };
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
@@ -158,6 +159,26 @@ async fn backup_restores_into_a_fresh_three_node_cluster() {
         .await
         .expect("cancel");
     wait_for_state(&old, long, JobState::Cancelled).await;
+    // Policy objects are replicated state too.
+    client
+        .upsert_qos(Qos {
+            name: "backup-qos".into(),
+            priority: 7,
+            ..Default::default()
+        })
+        .await
+        .expect("upsert qos");
+    // With policy defined, submits need an account: tester gets one.
+    client
+        .upsert_account(Account {
+            name: "backup-acct".into(),
+            users: vec!["tester".into()],
+            default_qos: "backup-qos".into(),
+            shares: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("upsert account");
     old.wait_caught_up(LEADER_DEADLINE)
         .await
         .expect("old cluster caught up");
@@ -301,6 +322,36 @@ async fn backup_restores_into_a_fresh_three_node_cluster() {
         let status = status_of(&addr).await.expect("status");
         assert_eq!(status.next_job_id, next_before, "id counter on {addr}");
     }
+
+    let qos = fresh
+        .client()
+        .await
+        .expect("client")
+        .list_qos(ListQosRequest {})
+        .await
+        .expect("list qos")
+        .into_inner()
+        .qos;
+    assert!(
+        qos.iter()
+            .any(|q| q.name == "backup-qos" && q.priority == 7),
+        "{qos:?}"
+    );
+    let accounts = fresh
+        .client()
+        .await
+        .expect("client")
+        .list_accounts(ListAccountsRequest {})
+        .await
+        .expect("list accounts")
+        .into_inner()
+        .accounts;
+    assert!(
+        accounts
+            .iter()
+            .any(|a| a.name == "backup-acct" && a.users == ["tester"]),
+        "{accounts:?}"
+    );
 
     // Request ids survived: a retried submit is recognised; a new one takes
     // the next id and runs on the fresh cluster's agent.
