@@ -429,3 +429,55 @@ async fn qos_limits_hold_jobs_until_raised() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].limits.as_ref().and_then(|l| l.grp_jobs), Some(2));
 }
+
+/// Requeue with hold stops the running job on its host (the agent carries
+/// out the stop) and brings it back pending and held with the same id; a
+/// release lets it run again under a new allocation.
+#[tokio::test(flavor = "multi_thread")]
+async fn requeue_hold_and_release_a_running_job() {
+    use berth_proto::api::control_job_request::Action;
+    use berth_proto::api::ControlJobRequest;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (cluster, _) = started_cluster(&tmp).await;
+    let job = submit(&cluster, "rq-1", "sleep 60").await;
+    wait_for_state(&cluster, job, JobState::Running).await;
+    let mut client = cluster.client().await.expect("client");
+    let first_alloc = client
+        .get_job(GetJobRequest {
+            job_id: job,
+            stale: false,
+        })
+        .await
+        .expect("get job")
+        .into_inner()
+        .alloc_id;
+    let control = |action: Action| ControlJobRequest {
+        job_id: job,
+        action: action as i32,
+        admin: false,
+    };
+    let refused = client
+        .control_job(control(Action::Hold))
+        .await
+        .expect_err("a running job cannot be held");
+    assert_eq!(
+        refused.message(),
+        format!("job {job} is running: only a pending job can be held (requeue it with hold)")
+    );
+    client
+        .control_job(control(Action::RequeueHold))
+        .await
+        .expect("requeue hold");
+    wait_for_job(&cluster, job, "pending and held", |j| {
+        j.state == JobState::Pending as i32 && j.reason == "JobHeldUser"
+    })
+    .await;
+    client
+        .control_job(control(Action::Release))
+        .await
+        .expect("release");
+    wait_for_job(&cluster, job, "running again", |j| {
+        j.state == JobState::Running as i32 && j.alloc_id != first_alloc
+    })
+    .await;
+}

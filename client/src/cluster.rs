@@ -12,8 +12,9 @@ use crate::connect::{connect_one, ApiClient, ConnectFailure};
 use crate::error::ClientError;
 use berth_proto::api::{
     BackupChunk, BackupStateRequest, CancelJobRequest, CancelJobResponse, ClusterStatusRequest,
-    ClusterStatusResponse, ExplainJobRequest, ExplainJobResponse, GetJobRequest, Job,
-    ListJobsRequest, ListJobsResponse, SubmitJobRequest, SubmitJobResponse,
+    ClusterStatusResponse, ControlJobRequest, ControlJobResponse, ExplainJobRequest,
+    ExplainJobResponse, GetJobRequest, Job, ListJobsRequest, ListJobsResponse, SubmitJobRequest,
+    SubmitJobResponse,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -169,6 +170,18 @@ impl Cluster {
     pub async fn cancel_job(&mut self, job_id: u64) -> Result<CancelJobResponse, ClientError> {
         self.call(|mut c| async move { c.cancel_job(CancelJobRequest { job_id }).await })
             .await
+    }
+
+    /// Hold, release or requeue a job.
+    pub async fn control_job(
+        &mut self,
+        request: ControlJobRequest,
+    ) -> Result<ControlJobResponse, ClientError> {
+        self.call(|mut c| {
+            let request = request.clone();
+            async move { c.control_job(request).await }
+        })
+        .await
     }
 
     /// One job, read through the leader (not stale).

@@ -175,6 +175,41 @@ impl BerthApi for ApiService {
         }
     }
 
+    async fn control_job(
+        &self,
+        request: Request<ControlJobRequest>,
+    ) -> Result<Response<ControlJobResponse>, Status> {
+        use berth_raft_store::JobAction;
+        use control_job_request::Action;
+        let req = request.into_inner();
+        let action = match Action::try_from(req.action) {
+            Ok(Action::Hold) => JobAction::Hold,
+            Ok(Action::HoldAdmin) => JobAction::HoldAdmin,
+            Ok(Action::Release) => JobAction::Release { admin: req.admin },
+            Ok(Action::Requeue) => JobAction::Requeue { hold: false },
+            Ok(Action::RequeueHold) => JobAction::Requeue { hold: true },
+            Ok(Action::Unspecified) | Err(_) => {
+                return Err(rejected(format!(
+                    "action {} is not one of HOLD, HOLD_ADMIN, RELEASE, REQUEUE, REQUEUE_HOLD",
+                    req.action
+                )))
+            }
+        };
+        match self
+            .node
+            .propose(Command::ControlJob {
+                job_id: req.job_id,
+                action,
+                now_ms: 0,
+            })
+            .await?
+        {
+            SmResponse::JobControlled => Ok(Response::new(ControlJobResponse {})),
+            SmResponse::Rejected { reason } => Err(Status::failed_precondition(reason)),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<Job>, Status> {
         let req = request.into_inner();
         if !req.stale {

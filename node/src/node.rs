@@ -159,7 +159,11 @@ impl Node {
         // rather than at the next tick.
         let wakes_scheduler = matches!(
             command,
-            Command::SubmitJob { .. } | Command::RegisterHost { .. } | Command::JobExited { .. }
+            Command::SubmitJob { .. }
+                | Command::RegisterHost { .. }
+                | Command::JobExited { .. }
+                | Command::ControlJob { .. }
+                | Command::SetPolicy { .. }
         );
         match self.raft.client_write(Request::new(command)).await {
             Ok(written) => {

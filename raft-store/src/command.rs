@@ -7,6 +7,20 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::PolicyChange;
 
+/// What `ControlJob` does (Slurm's `scontrol hold|release|requeue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobAction {
+    /// A pending job stops being considered (`JobHeldUser`).
+    Hold,
+    /// An admin hold (`JobHeldAdmin`): only an admin release lifts it.
+    HoldAdmin,
+    /// Lifts a user hold; `admin` also lifts an admin hold.
+    Release { admin: bool },
+    /// A running job is stopped and goes back to the queue; a finished one
+    /// is queued again. `hold`: it comes back held (`scontrol requeuehold`).
+    Requeue { hold: bool },
+}
+
 /// Version of the command encoding this build writes and understands. A node
 /// that meets a higher version refuses to apply it (and stops) rather than
 /// misapplying it. History: 1 = the foundation's commands; 2 = adds
@@ -89,6 +103,12 @@ pub enum Command {
     /// A change to the policy tables (QOS, accounts, users, partitions).
     /// Added in command version 2.
     SetPolicy { change: PolicyChange, now_ms: u64 },
+    /// Hold, release or requeue a job. Added in command version 2.
+    ControlJob {
+        job_id: JobId,
+        action: JobAction,
+        now_ms: u64,
+    },
     /// The job's process ended (or could not start).
     JobExited {
         job_id: JobId,
@@ -114,7 +134,8 @@ impl Command {
             | Command::HostsSilent { now_ms, .. }
             | Command::JobStarted { now_ms, .. }
             | Command::JobExited { now_ms, .. }
-            | Command::SetPolicy { now_ms, .. } => *now_ms = now,
+            | Command::SetPolicy { now_ms, .. }
+            | Command::ControlJob { now_ms, .. } => *now_ms = now,
         }
     }
 
@@ -122,6 +143,7 @@ impl Command {
         match self {
             Command::SubmitJob { .. } => "SubmitJob",
             Command::SetPolicy { .. } => "SetPolicy",
+            Command::ControlJob { .. } => "ControlJob",
             Command::CancelJob { .. } => "CancelJob",
             Command::RegisterHost { .. } => "RegisterHost",
             Command::ApplyPlan { .. } => "ApplyPlan",
@@ -164,6 +186,8 @@ pub enum Response {
     },
     /// A policy change was applied.
     PolicySet,
+    /// A hold, release or requeue was applied.
+    JobControlled,
     /// The command was refused and changed nothing.
     Rejected {
         reason: String,

@@ -26,7 +26,7 @@ pub mod store;
 
 pub use backup::{Backup, BackupError, BackupHeader};
 pub use check::{check, CheckReport};
-pub use command::{Command, Request, Response, COMMAND_VERSION};
+pub use command::{Command, JobAction, Request, Response, COMMAND_VERSION};
 pub use error::StoreError;
 pub use state::{HostRecord, JobEvent, JobRecord, SharedState, SmState};
 pub use store::{open, LogStore, StateMachineStore, StoreHandles};

@@ -16,6 +16,7 @@ use crate::command::{Command, Response};
 use crate::policy::{PolicyTables, UsageState};
 use crate::NodeId;
 
+mod lifecycle;
 mod policy_apply;
 
 /// Events kept per job; older ones are dropped first.
@@ -199,7 +200,7 @@ impl SmState {
         self.running
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
-            .filter(|r| !r.job.cancel_requested && !r.job.time_limit_reached)
+            .filter(|r| !r.job.stopping())
             .filter(|r| r.job.alloc.as_ref().is_some_and(|a| a.host == host))
             .collect()
     }
@@ -226,6 +227,7 @@ impl SmState {
             .map(|r| PendingJob {
                 id: r.job.id,
                 submit_ms: r.job.submit_ms,
+                held: r.job.held(),
                 ..policy_apply::pending_of(&r.job.spec)
             })
             .collect();
@@ -312,6 +314,11 @@ impl SmState {
                 now_ms,
             } => self.job_started(*job_id, *alloc_id, host, *pid, *now_ms, dirty),
             Command::SetPolicy { change, now_ms } => self.set_policy(change, *now_ms, dirty),
+            Command::ControlJob {
+                job_id,
+                action,
+                now_ms,
+            } => self.control(*job_id, *action, *now_ms, dirty),
             Command::JobExited {
                 job_id,
                 alloc_id,
@@ -367,6 +374,9 @@ impl SmState {
                 exit_signal: 0,
                 cancel_requested: false,
                 time_limit_reached: false,
+                requeue_requested: false,
+                admin_hold: false,
+                restarts: 0,
             },
             events: Vec::new(),
         };
@@ -524,6 +534,12 @@ impl SmState {
                 continue;
             };
             ended += 1;
+            // A job that allows it goes back to the queue (Slurm's
+            // --requeue), counted against the automatic requeue bound.
+            if record.job.spec.requeue && !record.job.cancel_requested {
+                self.back_to_queue(job_id, &format!("NODE_FAIL: {why}"), true, now_ms, dirty);
+                continue;
+            }
             record.job.state = JobState::NodeFail;
             record.job.end_ms = now_ms;
             record.push_event(now_ms, "node-fail", format!("NODE_FAIL: {why}"));
@@ -653,7 +669,7 @@ impl SmState {
         let Some(record) = self.data.jobs.get(&placement.job_id) else {
             return false;
         };
-        if record.job.state != JobState::Pending || record.job.spec.hold {
+        if record.job.state != JobState::Pending || record.job.held() {
             return false;
         }
         if placement.resources != record.job.spec.per_host() {
@@ -764,6 +780,11 @@ impl SmState {
         };
         if record.job.state != JobState::Running {
             // Already recorded: a retried report.
+            return Response::Report { accepted: true };
+        }
+        if record.job.requeue_requested && !record.job.cancel_requested {
+            let how = format!("stopped on {host} for a requeue");
+            self.back_to_queue(job_id, &how, false, now_ms, dirty);
             return Response::Report { accepted: true };
         }
         let final_state = if record.job.cancel_requested {

@@ -290,4 +290,28 @@ pub struct Job {
     /// stops it with the stop grace and the exit report ends it TIMEOUT.
     #[serde(default)]
     pub time_limit_reached: bool,
+    /// Set when a requeue of the running job was committed: the agent stops
+    /// it and the exit report puts it back in the queue.
+    #[serde(default)]
+    pub requeue_requested: bool,
+    /// Held by an admin or by the controller (e.g. after too many automatic
+    /// requeues); only an admin release lifts it.
+    #[serde(default)]
+    pub admin_hold: bool,
+    /// Times it went back to the queue after starting.
+    #[serde(default)]
+    pub restarts: u32,
+}
+
+impl Job {
+    /// True when a stop of the running job was committed (cancel, time
+    /// limit, requeue): it leaves its host's assignment set.
+    pub fn stopping(&self) -> bool {
+        self.cancel_requested || self.time_limit_reached || self.requeue_requested
+    }
+
+    /// Held by its user or by an admin.
+    pub fn held(&self) -> bool {
+        self.spec.hold || self.admin_hold
+    }
 }

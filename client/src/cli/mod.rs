@@ -5,6 +5,7 @@ pub mod admin;
 pub mod cancel;
 pub mod clap_errors;
 pub mod cluster;
+pub mod control;
 pub mod explain;
 pub mod ids;
 pub mod job;
@@ -86,6 +87,12 @@ pub enum Command {
     Queue(queue::QueueArgs),
     /// Cancel jobs (as scancel)
     Cancel(cancel::CancelArgs),
+    /// Hold pending jobs (as scontrol hold)
+    Hold(control::ControlArgs),
+    /// Release held jobs (as scontrol release)
+    Release(control::ReleaseArgs),
+    /// Requeue running or finished jobs (as scontrol requeue)
+    Requeue(control::RequeueArgs),
     /// Show one job (as scontrol show job)
     Job(job::JobArgs),
     /// Say why a job is where it is, host by host
@@ -185,6 +192,9 @@ pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode>
         Command::Submit(args) => submit::run(tool, &global, *args).await,
         Command::Queue(args) => queue::run(&global, args).await,
         Command::Cancel(args) => cancel::run(tool, &global, args).await,
+        Command::Hold(args) => control::hold(&global, args).await,
+        Command::Release(args) => control::release(&global, args).await,
+        Command::Requeue(args) => control::requeue(&global, args).await,
         Command::Job(args) => job::run(&global, args).await,
         Command::Explain(args) => explain::run(&global, args).await,
         Command::Cluster(command) => cluster::run(&global, command).await,

@@ -241,6 +241,9 @@ impl BerthApi for FakeNode {
     ) -> Reply<ListPartitionsResponse> {
         unimplemented()
     }
+    async fn control_job(&self, _r: Request<ControlJobRequest>) -> Reply<ControlJobResponse> {
+        unimplemented()
+    }
     async fn upsert_user(&self, _r: Request<User>) -> Reply<AdminResponse> {
         unimplemented()
     }

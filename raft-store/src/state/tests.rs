@@ -274,12 +274,6 @@ fn restarted_agent_loses_allocations_it_does_not_run() {
     submit(&mut s, "b", 1);
     place(&mut s, 1, "h1", 1);
     place(&mut s, 2, "h1", 1);
-    let alloc_of = |s: &SmState, id| {
-        s.job(id)
-            .and_then(|r| r.job.alloc.clone())
-            .map(|a| a.alloc_id)
-            .unwrap_or(0)
-    };
     let kept = alloc_of(&s, 2);
     let mut dirty = Dirty::default();
     s.apply(
@@ -536,4 +530,127 @@ fn gpu_jobs_get_distinct_devices_and_policy_limits_are_rechecked() {
         &mut dirty,
     );
     assert!(matches!(r, Response::Rejected { .. }), "{r:?}");
+}
+
+fn alloc_of(s: &SmState, id: JobId) -> u64 {
+    s.job(id)
+        .and_then(|r| r.job.alloc.clone())
+        .map(|a| a.alloc_id)
+        .unwrap_or(0)
+}
+
+fn control(s: &mut SmState, job_id: JobId, action: crate::JobAction) -> Response {
+    let mut dirty = Dirty::default();
+    s.apply(
+        &Command::ControlJob {
+            job_id,
+            action,
+            now_ms: 7_000,
+        },
+        &mut dirty,
+    )
+}
+
+fn exit_current(s: &mut SmState, job_id: JobId) -> Response {
+    let alloc = alloc_of(s, job_id);
+    let mut dirty = Dirty::default();
+    s.apply(
+        &Command::JobExited {
+            job_id,
+            alloc_id: alloc,
+            host: "h1".into(),
+            exit_code: 0,
+            signal: 15,
+            launch_error: String::new(),
+            now_ms: 8_000,
+        },
+        &mut dirty,
+    )
+}
+
+#[test]
+fn hold_release_and_requeue_keep_the_job_id() {
+    use crate::JobAction;
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    submit(&mut s, "a", 1);
+    assert_eq!(control(&mut s, 1, JobAction::Hold), Response::JobControlled);
+    let snap = s.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
+    assert!(snap.pending[0].held);
+    // A placement for a held job is refused by apply.
+    assert!(matches!(
+        place(&mut s, 1, "h1", 1),
+        Response::PlanApplied { started: 0, .. }
+    ));
+    assert_eq!(
+        control(&mut s, 1, JobAction::Release { admin: false }),
+        Response::JobControlled
+    );
+    place(&mut s, 1, "h1", 1);
+    assert!(matches!(
+        control(&mut s, 1, JobAction::Hold),
+        Response::Rejected { .. }
+    ));
+    // Requeue of the running job: it leaves the host's assignment set, and
+    // its exit report puts it back in the queue with the same id.
+    assert_eq!(
+        control(&mut s, 1, JobAction::Requeue { hold: true }),
+        Response::JobControlled
+    );
+    assert!(s.assignments_for("h1").is_empty());
+    assert_eq!(exit_current(&mut s, 1), Response::Report { accepted: true });
+    let job = &s.job(1).expect("job").job;
+    assert_eq!(
+        (job.state, job.restarts, job.spec.hold),
+        (JobState::Pending, 1, true)
+    );
+    assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
+    assert_eq!(s.pending_ids().collect::<Vec<_>>(), vec![1]);
+}
+
+#[test]
+fn node_fail_requeues_a_requeueable_job_until_the_bound_then_holds_it() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    let mut dirty = Dirty::default();
+    s.apply(
+        &Command::SubmitJob {
+            request_id: "r".into(),
+            spec: JobSpec {
+                requeue: true,
+                ..spec("true", 1)
+            },
+            now_ms: 1_000,
+        },
+        &mut dirty,
+    );
+    for round in 1..=super::lifecycle::AUTO_REQUEUES_MAX + 1 {
+        assert!(!s.job(1).expect("job").job.held(), "round {round}");
+        place(&mut s, 1, "h1", 1);
+        let r = s.apply(
+            &Command::HostsSilent {
+                hosts: vec!["h1".into()],
+                timeout_ms: 10_000,
+                now_ms: 50_000 + u64::from(round),
+            },
+            &mut dirty,
+        );
+        assert_eq!(r, Response::HostsFailed { jobs_ended: 1 });
+        let job = &s.job(1).expect("job").job;
+        assert_eq!((job.state, job.restarts), (JobState::Pending, round));
+    }
+    let record = s.job(1).expect("job");
+    assert!(record.job.admin_hold);
+    assert!(record
+        .events
+        .last()
+        .is_some_and(|e| e.message.starts_with("Held after 6 automatic requeues")));
+    assert!(matches!(
+        control(&mut s, 1, crate::JobAction::Release { admin: false }),
+        Response::Rejected { .. }
+    ));
+    assert_eq!(
+        control(&mut s, 1, crate::JobAction::Release { admin: true }),
+        Response::JobControlled
+    );
 }

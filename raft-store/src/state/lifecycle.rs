@@ -1,0 +1,129 @@
+//! Hold, release and requeue (Slurm's `scontrol hold|release|requeue`),
+//! and the way back to the queue that a requeue, or a NODE_FAIL of a job
+//! that allows requeueing, takes. Automatic requeues are bounded: past
+//! [`AUTO_REQUEUES_MAX`] the job is held with a reason instead.
+
+use berth_scheduler::{JobId, JobState};
+
+use super::{Dirty, SmState};
+use crate::command::{JobAction, Response};
+
+/// Automatic requeues (after NODE_FAIL) a job may take; the next one holds
+/// it (`JobHeldAdmin`) so a job that kills its hosts does not cycle forever.
+pub const AUTO_REQUEUES_MAX: u32 = 5;
+
+impl SmState {
+    pub(super) fn control(
+        &mut self,
+        job_id: JobId,
+        action: JobAction,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
+        let Some(record) = self.data.jobs.get_mut(&job_id) else {
+            return Response::Rejected {
+                reason: format!("job {job_id} does not exist"),
+            };
+        };
+        let state = record.job.state;
+        let refuse = |what: &str| Response::Rejected {
+            reason: format!(
+                "job {job_id} is {}: {what}",
+                state.slurm_name().to_ascii_lowercase()
+            ),
+        };
+        match action {
+            JobAction::Hold | JobAction::HoldAdmin => {
+                if state != JobState::Pending {
+                    return refuse("only a pending job can be held (requeue it with hold)");
+                }
+                if action == JobAction::HoldAdmin {
+                    record.job.admin_hold = true;
+                    record.push_event(now_ms, "held", "Held by an administrator".into());
+                } else {
+                    record.job.spec.hold = true;
+                    record.push_event(now_ms, "held", "Held by its user".into());
+                }
+            }
+            JobAction::Release { admin } => {
+                if state != JobState::Pending || !record.job.held() {
+                    return refuse("it is not held");
+                }
+                if record.job.admin_hold && !admin {
+                    return Response::Rejected {
+                        reason: format!(
+                            "job {job_id} is held by an administrator; only an administrator can release it"
+                        ),
+                    };
+                }
+                record.job.admin_hold = false;
+                record.job.spec.hold = false;
+                record.push_event(now_ms, "released", "Released".into());
+            }
+            JobAction::Requeue { hold } => match state {
+                JobState::Pending => return refuse("it is already queued"),
+                JobState::Running => {
+                    if record.job.cancel_requested {
+                        return refuse("it is being cancelled");
+                    }
+                    if !record.job.requeue_requested {
+                        record.job.requeue_requested = true;
+                        record.job.spec.hold |= hold;
+                        record.push_event(
+                            now_ms,
+                            "requeue-requested",
+                            "Requeue requested; stopping".into(),
+                        );
+                    }
+                }
+                _ => {
+                    record.job.spec.hold |= hold;
+                    self.back_to_queue(job_id, "requeued", false, now_ms, dirty);
+                    return Response::JobControlled;
+                }
+            },
+        }
+        dirty.jobs.insert(job_id);
+        Response::JobControlled
+    }
+
+    /// Puts a started or finished job back in the queue with the same id.
+    /// `automatic` requeues count against [`AUTO_REQUEUES_MAX`].
+    pub(super) fn back_to_queue(
+        &mut self,
+        job_id: JobId,
+        why: &str,
+        automatic: bool,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) {
+        if self.running.contains(&job_id) {
+            self.release_allocation(job_id, dirty);
+        }
+        let Some(record) = self.data.jobs.get_mut(&job_id) else {
+            return;
+        };
+        record.job.state = JobState::Pending;
+        record.job.alloc = None;
+        record.job.end_ms = 0;
+        record.job.exit_code = 0;
+        record.job.exit_signal = 0;
+        record.job.requeue_requested = false;
+        record.job.time_limit_reached = false;
+        record.job.restarts = record.job.restarts.saturating_add(1);
+        record.push_event(now_ms, "requeued", format!("Requeued ({why})"));
+        if automatic && record.job.restarts > AUTO_REQUEUES_MAX {
+            record.job.admin_hold = true;
+            record.push_event(
+                now_ms,
+                "held",
+                format!(
+                    "Held after {} automatic requeues (the bound is {AUTO_REQUEUES_MAX}); release it to run again",
+                    record.job.restarts
+                ),
+            );
+        }
+        self.pending.insert(job_id);
+        dirty.jobs.insert(job_id);
+    }
+}
