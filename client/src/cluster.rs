@@ -177,11 +177,8 @@ impl Cluster {
         &mut self,
         request: ControlJobRequest,
     ) -> Result<ControlJobResponse, ClientError> {
-        self.call(|mut c| {
-            let request = request.clone();
-            async move { c.control_job(request).await }
-        })
-        .await
+        self.call(|mut c| async move { c.control_job(request).await })
+            .await
     }
 
     /// One job, read through the leader (not stale).
