@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use berth_scheduler::{Policy, PriorityWeights};
+
+use crate::config_overlay::{self, Setting};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -185,12 +187,28 @@ pub enum ConfigError {
 }
 
 impl NodeConfig {
+    /// The file alone.
     pub fn load(path: &Path) -> Result<NodeConfig, ConfigError> {
+        NodeConfig::load_with(path, &[])
+    }
+
+    /// The file with `settings` (from `BERTH_` variables and `--set` flags,
+    /// see `config_overlay`) written over it, then checked as one.
+    pub fn load_with(path: &Path, settings: &[Setting]) -> Result<NodeConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        let config: NodeConfig = toml::from_str(&text).map_err(|source| ConfigError::Parse {
+        let mut table: toml::Table =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        config_overlay::apply(&mut table, settings).map_err(|problem| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            problem,
+        })?;
+        let config: NodeConfig = table.try_into().map_err(|source| ConfigError::Parse {
             path: path.to_path_buf(),
             source,
         })?;
@@ -268,6 +286,25 @@ addr = "127.0.0.1:7101"
     }
 
     #[test]
+    fn environment_and_flags_override_the_file_and_typos_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("node.toml");
+        std::fs::write(&path, GOOD).expect("write");
+        let mut settings = config_overlay::from_env([(
+            "BERTH_SCHEDULER__PASS_INTERVAL_MS".to_string(),
+            "250".to_string(),
+        )]);
+        settings.push(config_overlay::from_flag("agents.stop_grace_s=5").expect("flag"));
+        let c = NodeConfig::load_with(&path, &settings).expect("load");
+        assert_eq!(c.scheduler.pass_interval_ms, 250);
+        assert_eq!(c.agents.stop_grace_s, 5);
+        let typo =
+            config_overlay::from_env([("BERTH_SCHEDULER__PASS_INTERVAL".into(), "1".into())]);
+        let err = NodeConfig::load_with(&path, &typo).expect_err("typo accepted");
+        assert!(err.to_string().contains("pass_interval"), "{err}");
+    }
+
+    #[test]
     fn unknown_key_is_rejected() {
         let text = format!("{GOOD}\nbootsrap = false\n");
         let err = toml::from_str::<NodeConfig>(&text).expect_err("typo accepted");
@@ -279,5 +316,43 @@ addr = "127.0.0.1:7101"
         let mut c: NodeConfig = toml::from_str(GOOD).expect("parse");
         c.node_id = 2;
         assert!(c.validate().unwrap_err().contains("not listed"));
+    }
+}
+
+#[cfg(test)]
+mod docs_tests {
+    use super::*;
+
+    /// docs/config.md names every key of every section, so it cannot fall
+    /// behind the code.
+    #[test]
+    fn every_key_is_documented() {
+        let doc = include_str!("../../docs/config.md");
+        let mut keys: Vec<String> = Vec::new();
+        for value in [
+            toml::Value::try_from(RaftTimings::default()),
+            toml::Value::try_from(SchedulerConfig::default()),
+            toml::Value::try_from(AgentPolicy::default()),
+        ] {
+            let table = value.expect("serialize defaults");
+            keys.extend(table.as_table().into_iter().flat_map(|t| t.keys().cloned()));
+        }
+        keys.extend(
+            [
+                "node_id",
+                "listen",
+                "metrics_listen",
+                "data_dir",
+                "bootstrap",
+                "members",
+            ]
+            .map(String::from),
+        );
+        for key in keys {
+            assert!(
+                doc.contains(&format!("`{key}`")),
+                "docs/config.md lacks `{key}`"
+            );
+        }
     }
 }

@@ -19,6 +19,7 @@ pub mod agent_service;
 pub mod api_service;
 pub mod backup_service;
 pub mod config;
+pub mod config_overlay;
 pub mod convert;
 pub mod dev;
 pub mod leader;

@@ -10,6 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use berth_node::config::NodeConfig;
+use berth_node::config_overlay;
 use berth_node::dev::{self, DevArgs};
 use clap::{Parser, Subcommand};
 use tokio::sync::watch;
@@ -20,6 +21,10 @@ struct Cli {
     /// Run one node from this config file.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Override one config key, e.g. `--set scheduler.pass_interval_ms=500`
+    /// (over `BERTH_` environment variables, which are over the file).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
     #[command(subcommand)]
     command: Option<Cmd>,
 }
@@ -110,7 +115,7 @@ fn main() -> ExitCode {
         match (cli.command, cli.config) {
             (Some(Cmd::Dev(args)), _) => dev::run(args).await,
             (Some(Cmd::Store(command)), _) => run_store_command(&command),
-            (None, Some(path)) => run_node(path).await,
+            (None, Some(path)) => run_node(path, &cli.sets).await,
             (None, None) => Err(anyhow::anyhow!(
                 "give --config FILE to run a node, or `berthd dev`"
             )),
@@ -165,9 +170,13 @@ fn one_line(e: &anyhow::Error) -> String {
     line
 }
 
-async fn run_node(path: PathBuf) -> anyhow::Result<()> {
+async fn run_node(path: PathBuf, sets: &[String]) -> anyhow::Result<()> {
     init_tracing();
-    let config = NodeConfig::load(&path)?;
+    let mut settings = config_overlay::from_env(std::env::vars());
+    for flag in sets {
+        settings.push(config_overlay::from_flag(flag).map_err(anyhow::Error::msg)?);
+    }
+    let config = NodeConfig::load_with(&path, &settings)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_stop_signal().await;
