@@ -298,6 +298,17 @@ impl LocalCluster {
 
     /// The text node `id` serves at `/metrics`.
     pub fn scrape_metrics(&self, id: u64) -> Result<String, HarnessError> {
+        match self.http_get(id, "/metrics")? {
+            (200, body) => Ok(body),
+            (status, body) => Err(HarnessError::Rpc(format!(
+                "bad metrics response {status}: {body:.200}"
+            ))),
+        }
+    }
+
+    /// `GET path` on node `id`'s HTTP listener (metrics, health): the
+    /// status code and the body.
+    pub fn http_get(&self, id: u64, path: &str) -> Result<(u16, String), HarnessError> {
         use std::io::{Read, Write};
         let node = self
             .nodes
@@ -306,19 +317,18 @@ impl LocalCluster {
             .ok_or(HarnessError::NoSuchNode(id))?;
         let mut stream = std::net::TcpStream::connect(&node.metrics_addr)?;
         stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")?;
+        stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
         let mut response = String::new();
         stream.read_to_string(&mut response)?;
-        match response.split_once("\r\n\r\n") {
-            Some((head, body))
-                if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") =>
-            {
-                Ok(body.to_string())
-            }
-            _ => Err(HarnessError::Rpc(format!(
-                "bad metrics response: {response:.200}"
-            ))),
-        }
+        let (head, body) = response
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| HarnessError::Rpc(format!("bad HTTP response: {response:.200}")))?;
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse::<u16>().ok())
+            .ok_or_else(|| HarnessError::Rpc(format!("bad HTTP status line: {head:.200}")))?;
+        Ok((status, body.to_string()))
     }
 
     /// Addresses of the nodes currently running.

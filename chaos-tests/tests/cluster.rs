@@ -160,12 +160,33 @@ async fn job_runs_and_cluster_survives_leader_kill() {
         "berth_raft_is_leader 1",
         "berth_jobs{state=\"COMPLETED\"} 1",
         "berth_hosts 1",
+        "berth_hosts_by_state{state=\"up\"} 1",
+        "berth_raft_apply_lag_entries 0",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),
             "no line {line:?} in:\n{metrics}"
         );
     }
+    for needle in [
+        "berth_raft_commit_index ",
+        "berth_raft_leader_changes_total ",
+        "berth_scheduler_pass_seconds",
+        "berth_api_request_duration_seconds",
+        "method=\"SubmitJob\"",
+    ] {
+        assert!(metrics.contains(needle), "no {needle:?} in:\n{metrics}");
+    }
+    assert_eq!(
+        cluster.http_get(leader, "/healthz").expect("healthz").0,
+        200
+    );
+    let (status, body) = cluster.http_get(leader, "/readyz").expect("readyz");
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.starts_with(&format!("ready: leader {leader}")),
+        "{body}"
+    );
 
     // Abrupt leader loss: a new leader within 3 s.
     let killed_at = Instant::now();

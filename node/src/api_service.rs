@@ -612,7 +612,7 @@ fn not_yet(what: &str) -> Status {
 /// The commit index as this node can know it: on the leader, the highest
 /// index a majority of voters hold; elsewhere the applied index (a follower
 /// applies only committed entries, so it is a lower bound).
-fn commit_index(metrics: &openraft::RaftMetrics<u64, BasicNode>, voters: &[u64]) -> u64 {
+pub(crate) fn commit_index(metrics: &openraft::RaftMetrics<u64, BasicNode>, voters: &[u64]) -> u64 {
     let applied = metrics.last_applied.map(|l| l.index).unwrap_or(0);
     let Some(replication) = metrics.replication.as_ref() else {
         return applied;

@@ -55,6 +55,25 @@ impl HostLiveness {
         inner.last_seen.clear();
     }
 
+    /// Hosts heard from within the timeout and the others, and the oldest
+    /// heartbeat age among the hosts heard from (for `/metrics`).
+    pub fn summary(&self, hosts: &[String], now: Instant) -> (usize, usize, Duration) {
+        let inner = self.lock();
+        let mut up = 0;
+        let mut oldest = Duration::ZERO;
+        for host in hosts {
+            let reference = inner.last_seen.get(host).copied().or(inner.leader_since);
+            if let Some(t) = reference {
+                let age = now.saturating_duration_since(t);
+                if age <= self.timeout {
+                    up += 1;
+                }
+                oldest = oldest.max(age);
+            }
+        }
+        (up, hosts.len() - up, oldest)
+    }
+
     pub fn step_down(&self) {
         self.lock().leader_since = None;
     }
@@ -115,6 +134,7 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
 async fn wake_on_election(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
     let mut metrics = node.raft.metrics();
     let mut was_leader = false;
+    let mut last_leader = None;
     loop {
         tokio::select! {
             changed = metrics.changed() => {
@@ -124,10 +144,17 @@ async fn wake_on_election(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) 
             }
             _ = shutdown.changed() => return,
         }
-        let is_leader = metrics.borrow().state == openraft::ServerState::Leader;
+        let (is_leader, leader_now) = {
+            let m = metrics.borrow();
+            (m.state == openraft::ServerState::Leader, m.current_leader)
+        };
         if is_leader && !was_leader {
             node.pass_notify.notify_one();
         }
+        if leader_now.is_some() && leader_now != last_leader {
+            metrics::counter!(crate::metrics::LEADER_CHANGES_TOTAL).increment(1);
+        }
+        last_leader = leader_now;
         was_leader = is_leader;
     }
 }
@@ -198,8 +225,10 @@ async fn run_pass(node: &Node, policy: &Policy) {
             state.applied_index(),
         )
     });
-    let plan = schedule(&snapshot, policy, now_ms());
+    let pass_ms = now_ms();
+    let plan = schedule(&snapshot, policy, pass_ms);
     metrics::histogram!(crate::metrics::PASS_SECONDS).record(started.elapsed().as_secs_f64());
+    crate::metrics::record_plan(&plan, pass_ms);
     {
         let mut reasons = node.last_reasons.lock().unwrap_or_else(|p| p.into_inner());
         *reasons = plan.reasons.clone();

@@ -16,6 +16,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod agent_service;
+pub mod api_metrics;
 pub mod api_service;
 pub mod backup_service;
 pub mod config;

@@ -21,6 +21,28 @@ use crate::node::Node;
 pub const PASS_SECONDS: &str = "berth_scheduler_pass_seconds";
 pub const PLACEMENTS_TOTAL: &str = "berth_scheduler_placements_total";
 pub const PLACEMENTS_DROPPED_TOTAL: &str = "berth_scheduler_placements_dropped_total";
+pub const LEADER_CHANGES_TOTAL: &str = "berth_raft_leader_changes_total";
+pub const API_REQUEST_SECONDS: &str = "berth_api_request_duration_seconds";
+
+/// The (state, partition, QOS) label sets of `berth_jobs_live` set at the
+/// last scrape.
+static LIVE_LABELS: std::sync::Mutex<std::collections::BTreeSet<(&'static str, String, String)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+/// Records what one pass decided: backfill starts, reservations held and
+/// the predicted wait of the head job (its reservation's start).
+pub fn record_plan(plan: &berth_scheduler::Plan, now_ms: u64) {
+    metrics::counter!("berth_scheduler_backfill_starts_total")
+        .increment(plan.backfilled.len() as u64);
+    metrics::gauge!("berth_scheduler_reservations_held").set(plan.reservations.len() as f64);
+    let head_wait_s = plan
+        .reservations
+        .first()
+        .map_or(0.0, |r| r.start_ms.saturating_sub(now_ms) as f64 / 1000.0);
+    metrics::gauge!("berth_scheduler_head_predicted_wait_seconds").set(head_wait_s);
+    metrics::gauge!("berth_scheduler_pending_waiting_on_limits")
+        .set(plan.reasons.values().filter(|r| r.is_limit()).count() as f64);
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -54,6 +76,8 @@ pub async fn serve(
 ) -> Result<(), MetricsError> {
     let app = Router::new()
         .route("/metrics", get(render))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .with_state(Arc::new(Scrape { node, handle }));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -64,6 +88,37 @@ pub async fn serve(
         })
         .await
         .map_err(|source| MetricsError::Bind { addr, source })
+}
+
+/// Most committed entries a node may still have to apply and be ready.
+pub const READY_APPLY_LAG_MAX_ENTRIES: u64 = 1_000;
+
+/// The process answers: it is alive.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Ready to serve: a leader is known and this node has applied what is
+/// committed, up to a small lag. 503 with the reason otherwise.
+async fn readyz(State(scrape): State<Arc<Scrape>>) -> (axum::http::StatusCode, String) {
+    let m = scrape.node.raft.metrics().borrow().clone();
+    let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+    let commit = crate::api_service::commit_index(&m, &voters);
+    let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
+    match m.current_leader {
+        None => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no leader known\n".into(),
+        ),
+        Some(_) if commit.saturating_sub(applied) > READY_APPLY_LAG_MAX_ENTRIES => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: applied {applied} of {commit} committed entries\n"),
+        ),
+        Some(leader) => (
+            axum::http::StatusCode::OK,
+            format!("ready: leader {leader}, applied {applied}\n"),
+        ),
+    }
 }
 
 async fn render(State(scrape): State<Arc<Scrape>>) -> String {
@@ -83,14 +138,62 @@ fn refresh(node: &Node) {
     metrics::gauge!("berth_raft_applied_index")
         .set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
     metrics::gauge!("berth_raft_leader_id").set(m.current_leader.unwrap_or(0) as f64);
+    let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+    let commit = crate::api_service::commit_index(&m, &voters);
+    let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
+    metrics::gauge!("berth_raft_commit_index").set(commit as f64);
+    metrics::gauge!("berth_raft_apply_lag_entries").set(commit.saturating_sub(applied) as f64);
 
-    let (by_state, hosts, next_job_id) = node.read(|s| {
+    let (by_state, by_queue, host_names, next_job_id) = node.read(|s| {
         let mut by_state: BTreeMap<&'static str, u64> = BTreeMap::new();
         for r in s.jobs() {
             *by_state.entry(r.job.state.slurm_name()).or_default() += 1;
         }
-        (by_state, s.hosts().count(), s.data.counters.next_job_id)
+        // Live jobs by (state, partition, QOS): only pending and running.
+        let mut by_queue: BTreeMap<(&'static str, String, String), u64> = BTreeMap::new();
+        for id in s.pending_ids().chain(s.running_ids()) {
+            if let Some(r) = s.job(id) {
+                let partition = r
+                    .job
+                    .alloc
+                    .as_ref()
+                    .map(|a| a.partition.clone())
+                    .filter(|p| !p.is_empty())
+                    .or_else(|| r.job.spec.partitions.first().cloned())
+                    .unwrap_or_default();
+                let key = (r.job.state.slurm_name(), partition, r.job.spec.qos.clone());
+                *by_queue.entry(key).or_default() += 1;
+            }
+        }
+        let host_names: Vec<String> = s.hosts().map(|h| h.name.clone()).collect();
+        (by_state, by_queue, host_names, s.data.counters.next_job_id)
     });
+    // A label set that emptied since the last scrape reads 0, not its
+    // last count.
+    let mut seen = LIVE_LABELS.lock().unwrap_or_else(|p| p.into_inner());
+    for key in seen.iter() {
+        if !by_queue.contains_key(key) {
+            let (state, partition, qos) = key.clone();
+            metrics::gauge!("berth_jobs_live", "state" => state, "partition" => partition, "qos" => qos)
+                .set(0.0);
+        }
+    }
+    seen.clear();
+    for ((state, partition, qos), n) in by_queue {
+        seen.insert((state, partition.clone(), qos.clone()));
+        metrics::gauge!("berth_jobs_live", "state" => state, "partition" => partition, "qos" => qos)
+            .set(n as f64);
+    }
+    drop(seen);
+    let hosts = host_names.len();
+    if m.state == ServerState::Leader {
+        let (up, down, oldest) = node
+            .liveness
+            .summary(&host_names, std::time::Instant::now());
+        metrics::gauge!("berth_hosts_by_state", "state" => "up").set(up as f64);
+        metrics::gauge!("berth_hosts_by_state", "state" => "down").set(down as f64);
+        metrics::gauge!("berth_host_heartbeat_age_seconds_max").set(oldest.as_secs_f64());
+    }
     for state in [
         "PENDING",
         "RUNNING",

@@ -102,6 +102,7 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     let mut serve_shutdown = shutdown.clone();
     let serve = tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        .layer(crate::api_metrics::ApiMetricsLayer)
         .add_service(api)
         .add_service(agents)
         .add_service(raft_transport)

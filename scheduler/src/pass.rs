@@ -309,6 +309,9 @@ pub struct Plan {
     /// asked > 16 (QOS team GrpTRES)`.
     #[serde(default)]
     pub details: BTreeMap<JobId, String>,
+    /// Jobs started behind a job that had to wait for room: backfill starts.
+    #[serde(default)]
+    pub backfilled: Vec<JobId>,
 }
 
 /// What `request` takes on `host`: the whole host when `exclusive`. `None`
@@ -468,6 +471,9 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
         );
         let misses = match outcome {
             (Outcome::Started, _) => {
+                if head_seen {
+                    plan.backfilled.push(job.id);
+                }
                 if let Some(a) = job.array {
                     *array_running.entry(a.array_id).or_default() += 1;
                 }
