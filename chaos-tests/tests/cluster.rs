@@ -313,7 +313,11 @@ async fn restarted_agent_never_runs_a_job_twice() {
 
     let mut client = cluster.client().await.expect("client");
     let mut events = client
-        .watch_job_events(WatchJobEventsRequest { job_id: job })
+        .watch_job_events(WatchJobEventsRequest {
+            job_id: job,
+            after_seq: 0,
+            no_follow: false,
+        })
         .await
         .expect("events")
         .into_inner();
@@ -501,4 +505,35 @@ async fn requeue_hold_and_release_a_running_job() {
         j.state == JobState::Running as i32 && j.alloc_id != first_alloc
     })
     .await;
+    // The history says so, through the CLI.
+    let berth = berth_chaos::harness::tool("berth").expect("berth binary");
+    let out = tokio::process::Command::new(berth)
+        .args([
+            "--server",
+            &cluster.servers().join(","),
+            "events",
+            &job.to_string(),
+        ])
+        .output()
+        .await
+        .expect("run berth events");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kinds: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    for kind in [
+        "submitted",
+        "allocated",
+        "requeue-requested",
+        "requeued",
+        "released",
+    ] {
+        assert!(kinds.contains(&kind), "no {kind} event in:\n{text}");
+    }
 }

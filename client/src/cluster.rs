@@ -13,8 +13,8 @@ use crate::error::ClientError;
 use berth_proto::api::{
     BackupChunk, BackupStateRequest, CancelJobRequest, CancelJobResponse, ClusterStatusRequest,
     ClusterStatusResponse, ControlJobRequest, ControlJobResponse, ExplainJobRequest,
-    ExplainJobResponse, GetJobRequest, Job, ListJobsRequest, ListJobsResponse, SubmitJobRequest,
-    SubmitJobResponse,
+    ExplainJobResponse, GetJobRequest, Job, JobEvent, ListJobsRequest, ListJobsResponse,
+    SubmitJobRequest, SubmitJobResponse, WatchJobEventsRequest,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -216,6 +216,24 @@ impl Cluster {
     pub async fn backup_state(&mut self) -> Result<tonic::Streaming<BackupChunk>, ClientError> {
         self.call(|mut c| async move { c.backup_state(BackupStateRequest {}).await })
             .await
+    }
+
+    /// A job's events (`WatchJobEvents`): what exists, then, with
+    /// `follow`, each new one until the job ends.
+    pub async fn job_events(
+        &mut self,
+        job_id: u64,
+        follow: bool,
+    ) -> Result<tonic::Streaming<JobEvent>, ClientError> {
+        self.call(|mut c| async move {
+            c.watch_job_events(WatchJobEventsRequest {
+                job_id,
+                after_seq: 0,
+                no_follow: !follow,
+            })
+            .await
+        })
+        .await
     }
 
     /// The answering node's view of the cluster.

@@ -310,32 +310,37 @@ impl BerthApi for ApiService {
         &self,
         request: Request<WatchJobEventsRequest>,
     ) -> Result<Response<Self::WatchJobEventsStream>, Status> {
-        let job_id = request.into_inner().job_id;
+        let req = request.into_inner();
+        let job_id = req.job_id;
         self.job_proto(job_id)?;
         let (tx, rx) = tokio::sync::mpsc::channel(EVENT_STREAM_BUFFER);
         let node = self.node.clone();
         tokio::spawn(async move {
             let mut applied = node.applied.clone();
-            let mut sent = 0usize;
+            // By sequence number, not position: the oldest events of a long
+            // history are dropped, which shifts positions but not seqs.
+            let mut last_seq = req.after_seq;
             loop {
                 let (fresh, done) = node.read(|s| match s.job(job_id) {
                     Some(r) => (
                         r.events
                             .iter()
-                            .skip(sent)
+                            .filter(|e| e.seq > last_seq)
                             .map(|e| convert::event_to_proto(job_id, e))
                             .collect::<Vec<_>>(),
                         r.job.state.is_final(),
                     ),
                     None => (Vec::new(), true),
                 });
-                sent += fresh.len();
+                if let Some(last) = fresh.last() {
+                    last_seq = last.seq;
+                }
                 for event in fresh {
                     if tx.send(Ok(event)).await.is_err() {
                         return;
                     }
                 }
-                if done {
+                if done || req.no_follow {
                     return;
                 }
                 if applied.changed().await.is_err() {

@@ -116,6 +116,7 @@ pub fn event_to_proto(job_id: u64, e: &JobEvent) -> api::JobEvent {
         time_ms: e.time_ms,
         kind: e.kind.clone(),
         message: e.message.clone(),
+        seq: e.seq,
     }
 }
 

@@ -33,6 +33,11 @@ pub const COMMAND_BYTES_MAX: usize = 64 * 1024;
 /// One line of a job's history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobEvent {
+    /// 1, 2, 3, ... per job, never reused: a watcher resumes after the last
+    /// it saw and sees a gap when older events were dropped. 0 on events
+    /// stored before sequence numbers existed.
+    #[serde(default)]
+    pub seq: u64,
     pub time_ms: u64,
     pub kind: String,
     pub message: String,
@@ -42,7 +47,11 @@ pub struct JobEvent {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobRecord {
     pub job: Job,
+    /// The last [`EVENTS_PER_JOB_MAX`] events.
     pub events: Vec<JobEvent>,
+    /// Events ever recorded for the job (the last one's `seq`).
+    #[serde(default)]
+    pub events_total: u64,
 }
 
 impl JobRecord {
@@ -50,7 +59,9 @@ impl JobRecord {
         if self.events.len() >= EVENTS_PER_JOB_MAX {
             self.events.remove(0);
         }
+        self.events_total += 1;
         self.events.push(JobEvent {
+            seq: self.events_total,
             time_ms,
             kind: kind.to_string(),
             message,
@@ -144,6 +155,16 @@ impl SmState {
     pub fn from_data(mut data: SmData) -> SmState {
         for host in data.hosts.values_mut() {
             host.allocated = Resources::default();
+        }
+        // Histories stored before events had sequence numbers get them
+        // now, in order (every node loads the same data, so they agree).
+        for record in data.jobs.values_mut() {
+            if record.events_total == 0 && !record.events.is_empty() {
+                for (n, event) in record.events.iter_mut().enumerate() {
+                    event.seq = n as u64 + 1;
+                }
+                record.events_total = record.events.len() as u64;
+            }
         }
         let mut state = SmState::default();
         for (id, record) in &data.jobs {
@@ -379,6 +400,7 @@ impl SmState {
                 restarts: 0,
             },
             events: Vec::new(),
+            events_total: 0,
         };
         let held = if spec.hold { " (held)" } else { "" };
         record.push_event(

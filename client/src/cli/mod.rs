@@ -6,6 +6,7 @@ pub mod cancel;
 pub mod clap_errors;
 pub mod cluster;
 pub mod control;
+pub mod events;
 pub mod explain;
 pub mod ids;
 pub mod job;
@@ -97,6 +98,8 @@ pub enum Command {
     Job(job::JobArgs),
     /// Say why a job is where it is, host by host
     Explain(explain::ExplainArgs),
+    /// A job's history: submitted, priority, started, requeued, ended
+    Events(events::EventsArgs),
     /// Cluster membership and health
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
@@ -197,6 +200,7 @@ pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode>
         Command::Requeue(args) => control::requeue(&global, args).await,
         Command::Job(args) => job::run(&global, args).await,
         Command::Explain(args) => explain::run(&global, args).await,
+        Command::Events(args) => events::run(&global, args).await,
         Command::Cluster(command) => cluster::run(&global, command).await,
         Command::Sim(command) => sim::run(command),
         Command::Admin(command) => admin::run(&global, command).await,

@@ -654,3 +654,39 @@ fn node_fail_requeues_a_requeueable_job_until_the_bound_then_holds_it() {
         Response::JobControlled
     );
 }
+
+#[test]
+fn event_sequence_numbers_survive_truncation() {
+    let mut s = SmState::default();
+    submit(&mut s, "a", 1);
+    let record = s.data.jobs.get_mut(&1).expect("job");
+    for n in 0..200 {
+        record.push_event(n, "note", format!("event {n}"));
+    }
+    let record = s.job(1).expect("job");
+    assert_eq!(record.events.len(), EVENTS_PER_JOB_MAX);
+    assert_eq!(record.events_total, 201);
+    assert_eq!(record.events.last().map(|e| e.seq), Some(201));
+    assert_eq!(
+        record.events.first().map(|e| e.seq),
+        Some(201 - EVENTS_PER_JOB_MAX as u64 + 1)
+    );
+    // A store written before sequence numbers existed is numbered on load.
+    let mut data = s.data.clone();
+    if let Some(r) = data.jobs.get_mut(&1) {
+        r.events_total = 0;
+        for e in &mut r.events {
+            e.seq = 0;
+        }
+    }
+    let reloaded = SmState::from_data(data);
+    let seqs: Vec<u64> = reloaded
+        .job(1)
+        .expect("job")
+        .events
+        .iter()
+        .map(|e| e.seq)
+        .take(3)
+        .collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+}
