@@ -123,16 +123,25 @@ pub struct LocalCluster {
 /// Knobs for [`LocalCluster::start`].
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
+    /// The initial voters, ids 1..=nodes (node 1 bootstraps).
     pub nodes: u64,
+    /// Further nodes configured but not voters (ids after the voters):
+    /// started later and added as learners by a test.
+    pub spare_nodes: u64,
     pub agents: u32,
     /// CPUs each agent declares (0: what the machine has).
     pub agent_cpus: u32,
+    /// Snapshot after this many entries, keeping 2 behind (None: berthd's
+    /// defaults), so a test can make a lagging node need a snapshot.
+    pub snapshot_every_entries: Option<u64>,
 }
 
 impl Default for ClusterOptions {
     fn default() -> Self {
         ClusterOptions {
             nodes: 3,
+            spare_nodes: 0,
+            snapshot_every_entries: None,
             agents: 1,
             agent_cpus: 0,
         }
@@ -156,22 +165,32 @@ impl LocalCluster {
         let agent_bin = binary(&bins, "berth-agent")?;
         std::fs::create_dir_all(dir)?;
         let mut members = Vec::new();
-        for id in 1..=options.nodes {
+        for id in 1..=options.nodes + options.spare_nodes {
             members.push((id, format!("127.0.0.1:{}", free_port()?)));
         }
-        let member_toml: String = members
-            .iter()
-            .map(|(id, addr)| format!("[[members]]\nid = {id}\naddr = \"{addr}\"\n"))
-            .collect();
+        let member_line =
+            |(id, addr): &(u64, String)| format!("[[members]]\nid = {id}\naddr = \"{addr}\"\n");
+        let voters = &members[..options.nodes as usize];
+        let voter_toml: String = voters.iter().map(member_line).collect();
         let mut nodes = Vec::new();
         for (id, addr) in &members {
+            // A spare node lists itself too (its config must name it); it
+            // never bootstraps, so the list only serves that check.
+            let member_toml = if *id > options.nodes {
+                format!("{voter_toml}{}", member_line(&(*id, addr.clone())))
+            } else {
+                voter_toml.clone()
+            };
             let metrics_addr = format!("127.0.0.1:{}", free_port()?);
             let config = format!(
                 "node_id = {id}\nlisten = \"{addr}\"\nmetrics_listen = \"{metrics_addr}\"\n\
                  data_dir = \"{}\"\nbootstrap = {}\n{member_toml}\n\
-                 [agents]\nheartbeat_interval_ms = 500\nheartbeat_timeout_ms = 5000\nstop_grace_s = 5\n",
+                 [agents]\nheartbeat_interval_ms = 500\nheartbeat_timeout_ms = 5000\nstop_grace_s = 5\n{}",
                 dir.join(format!("node-{id}")).display(),
                 *id == 1,
+                options.snapshot_every_entries.map_or(String::new(), |n| format!(
+                    "[raft]\nsnapshot_every_entries = {n}\nlog_entries_kept_behind_snapshot = 2\n"
+                )),
             );
             let config_path = dir.join(format!("node-{id}.toml"));
             std::fs::write(&config_path, config)?;
@@ -289,6 +308,20 @@ impl LocalCluster {
             .iter_mut()
             .find(|n| n.id == id)
             .ok_or(HarnessError::NoSuchNode(id))
+    }
+
+    /// Node `id`'s gRPC address.
+    pub fn addr(&self, id: u64) -> Result<String, HarnessError> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .map(|n| n.addr.clone())
+            .ok_or(HarnessError::NoSuchNode(id))
+    }
+
+    /// Node `id`'s data directory (its store).
+    pub fn data_dir(&self, id: u64) -> PathBuf {
+        self.dir.join(format!("node-{id}"))
     }
 
     /// gRPC addresses of every node, running or not.
