@@ -4,7 +4,7 @@ use super::{output, GlobalArgs};
 use anyhow::Result;
 use berth_client::json::cluster_status_json;
 use berth_client::{servers_from, Cluster};
-use berth_proto::api::ClusterStatusResponse;
+use berth_proto::api::{ClusterStatusRequest, ClusterStatusResponse};
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
 
@@ -25,13 +25,60 @@ pub async fn run(global: &GlobalArgs, command: ClusterCommand) -> Result<ExitCod
     let ClusterCommand::Status(args) = command;
     let mut cluster = Cluster::new(servers_from(global.server.clone()));
     let status = cluster.cluster_status().await?;
+    // Each member's own term, role, commit and applied index, asked of it
+    // directly (a node only knows its own); None when it does not answer.
+    let mut per_node = Vec::with_capacity(status.members.len());
+    for member in &status.members {
+        let own = match berth_client::connect(std::slice::from_ref(&member.addr)).await {
+            Ok(mut client) => client
+                .cluster_status(ClusterStatusRequest {})
+                .await
+                .ok()
+                .map(|r| r.into_inner()),
+            Err(_) => None,
+        };
+        per_node.push((member.node_id, own));
+    }
     if args.json {
-        output::emit_json(&cluster_status_json(&status))?;
+        let mut json = cluster_status_json(&status);
+        json["nodes"] = serde_json::Value::Array(
+            per_node
+                .iter()
+                .map(|(id, own)| match own {
+                    Some(s) => serde_json::json!({
+                        "node_id": id, "reachable": true, "role": s.role, "term": s.term,
+                        "leader_id": s.leader_id, "commit_index": s.commit_index,
+                        "applied_index": s.applied_index,
+                    }),
+                    None => serde_json::json!({"node_id": id, "reachable": false}),
+                })
+                .collect(),
+        );
+        output::emit_json(&json)?;
     } else {
         let server = cluster.current_server().unwrap_or("?").to_string();
         output::emit(&format_status(&status, &server))?;
+        output::emit(&format_nodes(&per_node))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line per member with what it says of itself.
+pub fn format_nodes(per_node: &[(u64, Option<ClusterStatusResponse>)]) -> String {
+    let mut out = format!(
+        "\n{:>6}  {:<10}  {:>6}  {:>10}  {:>10}\n",
+        "NODE", "ITS ROLE", "TERM", "COMMIT", "APPLIED"
+    );
+    for (id, own) in per_node {
+        match own {
+            Some(s) => out.push_str(&format!(
+                "{id:>6}  {:<10}  {:>6}  {:>10}  {:>10}\n",
+                s.role, s.term, s.commit_index, s.applied_index
+            )),
+            None => out.push_str(&format!("{id:>6}  unreachable\n")),
+        }
+    }
+    out
 }
 
 /// A summary of the answering node, then one line per member. A node only
@@ -137,5 +184,24 @@ mod tests {
         );
         let leaderless = ClusterStatusResponse::default();
         assert!(format_status(&leaderless, "h:1").contains("Leader: none known\n"));
+    }
+
+    #[test]
+    fn each_node_line_says_what_it_reports_or_that_it_is_unreachable() {
+        let own = ClusterStatusResponse {
+            node_id: 1,
+            role: "Leader".into(),
+            term: 3,
+            commit_index: 40,
+            applied_index: 40,
+            ..Default::default()
+        };
+        let text = format_nodes(&[(1, Some(own)), (3, None)]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[2],
+            "     1  Leader           3          40          40"
+        );
+        assert_eq!(lines[3], "     3  unreachable");
     }
 }
