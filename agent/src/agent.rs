@@ -31,6 +31,7 @@ pub enum AgentError {
 /// most [`crate::supervisor::SHUTDOWN_STOP_GRACE_MAX_S`]), tries to deliver
 /// their exit reports, and returns.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
+    crate::credentials::set(config.cluster_secret.as_deref());
     let inventory =
         inventory::discover(config.cpus, config.memory_mb).map_err(AgentError::Inventory)?;
     tracing::info!(

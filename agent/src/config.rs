@@ -71,6 +71,8 @@ pub struct FileConfig {
     pub stop_grace_s: Option<u64>,
     pub cpus: Option<u32>,
     pub memory_mb: Option<u64>,
+    /// The secret nodes and agents share (when the cluster runs with auth).
+    pub cluster_secret_file: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -119,6 +121,8 @@ pub struct Config {
     pub stop_grace_s: u64,
     pub cpus: Option<u32>,
     pub memory_mb: Option<u64>,
+    /// Sent with every call when the cluster runs with auth.
+    pub cluster_secret: Option<Vec<u8>>,
 }
 
 impl Config {
@@ -194,6 +198,18 @@ impl Config {
         if file.memory_mb == Some(0) {
             return Err(invalid("memory_mb must be at least 1".to_string()));
         }
+        let cluster_secret = match &file.cluster_secret_file {
+            None => None,
+            Some(path) => {
+                let text = std::fs::read(path)
+                    .map_err(|e| invalid(format!("cluster_secret_file {}: {e}", path.display())))?;
+                Some(
+                    berth_auth::secret_from_file_text(&text).map_err(|e| {
+                        invalid(format!("cluster_secret_file {}: {e}", path.display()))
+                    })?,
+                )
+            }
+        };
 
         Ok(Config {
             host,
@@ -203,6 +219,7 @@ impl Config {
             stop_grace_s,
             cpus: file.cpus,
             memory_mb: file.memory_mb,
+            cluster_secret,
         })
     }
 }

@@ -17,6 +17,7 @@
 pub mod agent;
 pub mod backoff;
 pub mod config;
+pub mod credentials;
 pub mod inventory;
 pub mod outbox;
 pub mod output;

@@ -255,8 +255,8 @@ fn is_permanent(status: &Status) -> bool {
 
 /// Sends one report; Ok(accepted) on an answer.
 async fn send(channel: Channel, report: &Report) -> Result<bool, Status> {
-    let mut client =
-        AgentServiceClient::new(channel).max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
+    let mut client = AgentServiceClient::with_interceptor(channel, crate::credentials::get())
+        .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
     let call = async {
         let ack = match report {
             Report::Started(r) => client.report_started(r.clone()).await?,

@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use berth_auth::grpc::CredentialedChannel;
 use berth_proto::agent::agent_service_client::AgentServiceClient;
 use berth_proto::agent::{
     AssignmentSet, HeartbeatRequest, RegisterRequest, RunningAllocation, WatchAssignmentsRequest,
@@ -152,8 +153,9 @@ async fn session(
         Ok(c) => c,
         Err(e) => return SessionEnd::Failed(e),
     };
-    let mut client = AgentServiceClient::new(channel.clone())
-        .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
+    let mut client =
+        AgentServiceClient::with_interceptor(channel.clone(), crate::credentials::get())
+            .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
 
     let register = RegisterRequest {
         host: cfg.host.clone(),
@@ -225,7 +227,7 @@ async fn connect(addr: &str) -> Result<Channel, SessionError> {
 /// Heartbeats every `interval_ms` until one fails or the host is unknown.
 async fn heartbeats(
     addr: &str,
-    mut client: AgentServiceClient<Channel>,
+    mut client: AgentServiceClient<CredentialedChannel>,
     cfg: &SessionConfig,
     running_rx: &watch::Receiver<Vec<RunningAllocation>>,
     interval_ms: u64,

@@ -192,6 +192,7 @@ async fn follows_leader_runs_assignments_and_reports() {
         stop_grace_s: 30,
         cpus: Some(2),
         memory_mb: Some(512),
+        cluster_secret: None,
     };
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let agent = tokio::spawn(berth_agent::agent::run(config, async {

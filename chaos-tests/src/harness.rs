@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
 use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::{ClusterStatusRequest, ClusterStatusResponse};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
@@ -134,6 +135,9 @@ pub struct ClusterOptions {
     /// Snapshot after this many entries, keeping 2 behind (None: berthd's
     /// defaults), so a test can make a lagging node need a snapshot.
     pub snapshot_every_entries: Option<u64>,
+    /// Run with authentication: secrets in `dir/token.secret` and
+    /// `dir/cluster.secret` (see [`LocalCluster::token_secret`]).
+    pub auth: bool,
 }
 
 impl Default for ClusterOptions {
@@ -142,6 +146,7 @@ impl Default for ClusterOptions {
             nodes: 3,
             spare_nodes: 0,
             snapshot_every_entries: None,
+            auth: false,
             agents: 1,
             agent_cpus: 0,
         }
@@ -171,6 +176,24 @@ impl LocalCluster {
         let member_line =
             |(id, addr): &(u64, String)| format!("[[members]]\nid = {id}\naddr = \"{addr}\"\n");
         let voters = &members[..options.nodes as usize];
+        // Fixed test secrets (32+ printable bytes), one per purpose.
+        let auth_toml = if options.auth {
+            std::fs::write(
+                dir.join("token.secret"),
+                "test-token-secret-0123456789abcdef\n",
+            )?;
+            std::fs::write(
+                dir.join("cluster.secret"),
+                format!("{TEST_CLUSTER_SECRET}\n"),
+            )?;
+            format!(
+                "[auth]\nenabled = true\ntoken_secret_file = \"{}\"\ncluster_secret_file = \"{}\"\n",
+                dir.join("token.secret").display(),
+                dir.join("cluster.secret").display()
+            )
+        } else {
+            String::new()
+        };
         let voter_toml: String = voters.iter().map(member_line).collect();
         let mut nodes = Vec::new();
         for (id, addr) in &members {
@@ -191,7 +214,7 @@ impl LocalCluster {
                 options.snapshot_every_entries.map_or(String::new(), |n| format!(
                     "[raft]\nsnapshot_every_entries = {n}\nlog_entries_kept_behind_snapshot = 2\n"
                 )),
-            );
+            ) + &auth_toml;
             let config_path = dir.join(format!("node-{id}.toml"));
             std::fs::write(&config_path, config)?;
             nodes.push(NodeProc {
@@ -291,9 +314,17 @@ impl LocalCluster {
             .arg(Self::agent_host(i))
             .arg("--work-dir")
             .arg(&work);
+        let mut agent_toml = String::new();
         if cpus > 0 {
+            agent_toml.push_str(&format!("cpus = {cpus}\n"));
+        }
+        let secret = self.dir.join("cluster.secret");
+        if secret.exists() {
+            agent_toml.push_str(&format!("cluster_secret_file = \"{}\"\n", secret.display()));
+        }
+        if !agent_toml.is_empty() {
             let config = self.dir.join(format!("agent-{i}.toml"));
-            std::fs::write(&config, format!("cpus = {cpus}\n"))?;
+            std::fs::write(&config, agent_toml)?;
             cmd.arg("--config").arg(config);
         }
         let child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn()?;
@@ -308,6 +339,32 @@ impl LocalCluster {
             .iter_mut()
             .find(|n| n.id == id)
             .ok_or(HarnessError::NoSuchNode(id))
+    }
+
+    /// A token for `user` signed with the test cluster's token secret
+    /// (`auth` clusters only), valid for `ttl_s` from now (0: already
+    /// expired).
+    pub fn token(&self, user: &str, admin: bool, ttl_s: u64) -> Result<String, HarnessError> {
+        let text = std::fs::read(self.dir.join("token.secret"))?;
+        let secret = berth_auth::secret_from_file_text(&text)
+            .map_err(|e| HarnessError::Rpc(e.to_string()))?;
+        let now_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        berth_auth::issue(
+            &berth_auth::Claims {
+                user: user.into(),
+                roles: if admin { vec!["admin".into()] } else { vec![] },
+                exp_s: if ttl_s == 0 {
+                    now_s.saturating_sub(1)
+                } else {
+                    now_s + ttl_s
+                },
+            },
+            &secret,
+        )
+        .map_err(|e| HarnessError::Rpc(e.to_string()))
     }
 
     /// Node `id`'s gRPC address.
@@ -473,7 +530,7 @@ impl LocalCluster {
     }
 
     /// A client for any running node that answers.
-    pub async fn client(&self) -> Result<BerthApiClient<Channel>, HarnessError> {
+    pub async fn client(&self) -> Result<HarnessClient, HarnessError> {
         let mut last = String::from("no node is running");
         for addr in self.live_servers() {
             match connect(&addr).await {
@@ -514,7 +571,14 @@ impl Drop for LocalCluster {
     }
 }
 
-pub async fn connect(addr: &str) -> Result<BerthApiClient<Channel>, HarnessError> {
+/// The test clusters' cluster secret: every harness connection carries it,
+/// as an operator's tools would (with auth off it is simply ignored).
+const TEST_CLUSTER_SECRET: &str = "test-cluster-secret-0123456789abcdef";
+
+/// A harness client: its calls carry the test cluster secret.
+pub type HarnessClient = BerthApiClient<CredentialedChannel>;
+
+pub async fn connect(addr: &str) -> Result<HarnessClient, HarnessError> {
     let channel = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| HarnessError::Rpc(e.to_string()))?
         .connect_timeout(Duration::from_millis(500))
@@ -522,7 +586,10 @@ pub async fn connect(addr: &str) -> Result<BerthApiClient<Channel>, HarnessError
         .connect()
         .await
         .map_err(|e| HarnessError::Rpc(format!("{addr}: {e}")))?;
-    Ok(BerthApiClient::new(channel))
+    Ok(BerthApiClient::with_interceptor(
+        channel,
+        AttachCredentials::cluster_secret(Some(TEST_CLUSTER_SECRET.as_bytes())),
+    ))
 }
 
 pub async fn status_of(addr: &str) -> Result<ClusterStatusResponse, HarnessError> {

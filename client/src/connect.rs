@@ -2,9 +2,11 @@
 //! a CLI call from hanging on a dead or black-holed node.
 
 use crate::error::ClientError;
+use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
 use berth_proto::api::berth_api_client::BerthApiClient;
+use std::sync::OnceLock;
 use std::time::Duration;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 
 /// How long to wait for one server to accept a connection before trying
 /// the next. Short: a live node on a LAN answers in well under this.
@@ -14,8 +16,32 @@ pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
 /// an fsync, so this is generous; it only bounds a server that went silent.
 pub const REQUEST_TIMEOUT_MS: u64 = 10_000;
 
-/// The generated client over a tonic channel.
-pub type ApiClient = BerthApiClient<Channel>;
+/// The generated client over a tonic channel whose calls carry the user's
+/// token (when one is set).
+pub type ApiClient = BerthApiClient<CredentialedChannel>;
+
+/// The environment variable holding the user's token.
+pub const TOKEN_ENV: &str = "BERTH_TOKEN";
+
+static TOKEN: OnceLock<Option<String>> = OnceLock::new();
+
+/// Sets the token every call of this process carries (`--token`); without
+/// it, `BERTH_TOKEN` is used. The first call wins.
+pub fn set_token(token: Option<String>) {
+    let _ = TOKEN.set(token.filter(|t| !t.trim().is_empty()));
+}
+
+fn credentials() -> AttachCredentials {
+    let token = TOKEN
+        .get_or_init(|| {
+            std::env::var(TOKEN_ENV)
+                .ok()
+                .filter(|t| !t.trim().is_empty())
+        })
+        .as_deref()
+        .map(str::trim);
+    AttachCredentials::bearer(token)
+}
 
 /// Why one server could not be connected to.
 pub(crate) enum ConnectFailure {
@@ -47,7 +73,7 @@ pub(crate) async fn connect_one(addr: &str) -> Result<ApiClient, ConnectFailure>
     // The endpoint's own timeout covers the TCP connect; this one also
     // covers a peer that accepts but never completes the HTTP/2 handshake.
     match tokio::time::timeout(connect_timeout * 2, endpoint.connect()).await {
-        Ok(Ok(channel)) => Ok(BerthApiClient::new(channel)
+        Ok(Ok(channel)) => Ok(BerthApiClient::with_interceptor(channel, credentials())
             .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES)),
         Ok(Err(_)) | Err(_) => Err(ConnectFailure::Unreachable),

@@ -26,7 +26,9 @@ pub mod time;
 pub mod user;
 
 pub use cluster::{Cluster, RetryPolicy};
-pub use connect::{connect, ApiClient, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS};
+pub use connect::{
+    connect, set_token, ApiClient, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS, TOKEN_ENV,
+};
 pub use error::ClientError;
 pub use servers::{servers_from, DEFAULT_SERVER, SERVER_ENV};
 

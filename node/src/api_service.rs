@@ -21,13 +21,14 @@ use berth_scheduler::JobState as SmJobState;
 use futures::Stream;
 use openraft::BasicNode;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
+use crate::authz::{authenticate, Caller};
 use crate::convert;
 use crate::network::channel;
 use crate::node::{Node, ProposeError};
 use crate::policy_convert;
+use berth_auth::grpc::CredentialedChannel;
 
 /// Most jobs one ListJobs answer carries.
 pub const LIST_JOBS_MAX: usize = 10_000;
@@ -36,7 +37,7 @@ const EVENT_STREAM_BUFFER: usize = 64;
 
 pub struct ApiService {
     pub node: Arc<Node>,
-    leader_api: Mutex<Option<(String, BerthApiClient<Channel>)>>,
+    leader_api: Mutex<Option<(String, BerthApiClient<CredentialedChannel>)>>,
     /// The state-machine store, read for backups (`BackupState`).
     state_machine: StateMachineStore,
 }
@@ -67,7 +68,26 @@ impl ApiService {
         }
     }
 
-    fn leader_client(&self) -> Result<Option<BerthApiClient<Channel>>, Status> {
+    /// Who is calling (see `authz`).
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        authenticate(&self.node.auth, request)
+    }
+
+    /// Refuses a user acting on someone else's job. A job that does not
+    /// exist is left to the command to report.
+    fn require_job_owner(&self, caller: &Caller, job_id: u64, what: &str) -> Result<(), Status> {
+        let owner = self
+            .node
+            .read(|s| s.job(job_id).map(|r| r.job.spec.user.clone()));
+        match owner {
+            Some(owner) => caller.require_owner(&owner, what),
+            None => Ok(()),
+        }
+    }
+
+    /// A client for the leader's API when this node is not the leader. Its
+    /// calls carry the cluster secret: this node authorized them already.
+    fn leader_client(&self) -> Result<Option<BerthApiClient<CredentialedChannel>>, Status> {
         if self.node.is_leader() {
             return Ok(None);
         }
@@ -81,7 +101,7 @@ impl ApiService {
             }
         }
         let ch = channel(&addr).map_err(|e| Status::unavailable(format!("leader {addr}: {e}")))?;
-        let client = BerthApiClient::new(ch)
+        let client = BerthApiClient::with_interceptor(ch, self.node.credentials.clone())
             .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
         *cached = Some((addr, client.clone()));
@@ -137,11 +157,15 @@ impl BerthApi for ApiService {
         &self,
         request: Request<SubmitJobRequest>,
     ) -> Result<Response<SubmitJobResponse>, Status> {
+        let caller = self.caller(&request)?;
         let req = request.into_inner();
-        let spec = convert::spec_from_proto(
+        let mut spec = convert::spec_from_proto(
             req.spec
                 .ok_or_else(|| rejected("spec is required".into()))?,
         );
+        if let Some(user) = caller.submit_as(&spec.user)? {
+            spec.user = user;
+        }
         validate_submit(&req.request_id, &spec).map_err(rejected)?;
         let command = Command::SubmitJob {
             request_id: req.request_id,
@@ -161,7 +185,9 @@ impl BerthApi for ApiService {
         &self,
         request: Request<CancelJobRequest>,
     ) -> Result<Response<CancelJobResponse>, Status> {
+        let caller = self.caller(&request)?;
         let job_id = request.into_inner().job_id;
+        self.require_job_owner(&caller, job_id, "cancel")?;
         match self
             .node
             .propose(Command::CancelJob { job_id, now_ms: 0 })
@@ -179,9 +205,16 @@ impl BerthApi for ApiService {
         &self,
         request: Request<ControlJobRequest>,
     ) -> Result<Response<ControlJobResponse>, Status> {
+        let caller = self.caller(&request)?;
         use berth_raft_store::JobAction;
         use control_job_request::Action;
         let req = request.into_inner();
+        self.require_job_owner(&caller, req.job_id, "hold, release or requeue")?;
+        if req.action == Action::HoldAdmin as i32
+            || (req.action == Action::Release as i32 && req.admin)
+        {
+            caller.require_admin("an admin hold or release")?;
+        }
         let action = match Action::try_from(req.action) {
             Ok(Action::Hold) => JobAction::Hold,
             Ok(Action::HoldAdmin) => JobAction::HoldAdmin,
@@ -211,6 +244,7 @@ impl BerthApi for ApiService {
     }
 
     async fn get_job(&self, request: Request<GetJobRequest>) -> Result<Response<Job>, Status> {
+        self.caller(&request)?;
         let req = request.into_inner();
         if !req.stale {
             if let Some(mut leader) = self.leader_client()? {
@@ -225,6 +259,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<ListJobsRequest>,
     ) -> Result<Response<ListJobsResponse>, Status> {
+        self.caller(&request)?;
         let req = request.into_inner();
         if !req.stale {
             if let Some(mut leader) = self.leader_client()? {
@@ -268,6 +303,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<ExplainJobRequest>,
     ) -> Result<Response<ExplainJobResponse>, Status> {
+        self.caller(&request)?;
         let req = request.into_inner();
         if let Some(mut leader) = self.leader_client()? {
             return leader.explain_job(req).await;
@@ -310,6 +346,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<WatchJobEventsRequest>,
     ) -> Result<Response<Self::WatchJobEventsStream>, Status> {
+        self.caller(&request)?;
         let req = request.into_inner();
         let job_id = req.job_id;
         self.job_proto(job_id)?;
@@ -353,8 +390,9 @@ impl BerthApi for ApiService {
 
     async fn cluster_status(
         &self,
-        _: Request<ClusterStatusRequest>,
+        request: Request<ClusterStatusRequest>,
     ) -> Result<Response<ClusterStatusResponse>, Status> {
+        self.caller(&request)?;
         let metrics = self.node.raft.metrics().borrow().clone();
         let membership = metrics.membership_config.membership();
         let voters: Vec<u64> = membership.voter_ids().collect();
@@ -390,6 +428,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<AddLearnerRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
+        self.caller(&request)?.require_admin("AddLearner")?;
         let req = request.into_inner();
         if let Some(mut leader) = self.leader_client()? {
             return leader.add_learner(req).await;
@@ -412,6 +451,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<ChangeMembershipRequest>,
     ) -> Result<Response<MembershipResponse>, Status> {
+        self.caller(&request)?.require_admin("ChangeMembership")?;
         let req = request.into_inner();
         if let Some(mut leader) = self.leader_client()? {
             return leader.change_membership(req).await;
@@ -437,8 +477,9 @@ impl BerthApi for ApiService {
 
     async fn list_hosts(
         &self,
-        _: Request<ListHostsRequest>,
+        request: Request<ListHostsRequest>,
     ) -> Result<Response<ListHostsResponse>, Status> {
+        self.caller(&request)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.list_hosts(ListHostsRequest {}).await;
         }
@@ -456,6 +497,7 @@ impl BerthApi for ApiService {
     }
 
     async fn upsert_qos(&self, request: Request<Qos>) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("UpsertQos")?;
         let qos = policy_convert::qos_from(request.get_ref()).map_err(rejected)?;
         self.set_policy(PolicyChange::UpsertQos(qos)).await
     }
@@ -463,6 +505,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<ListQosRequest>,
     ) -> Result<Response<ListQosResponse>, Status> {
+        self.caller(&request)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.list_qos(request.into_inner()).await;
         }
@@ -481,6 +524,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<Account>,
     ) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("UpsertAccount")?;
         let account = policy_convert::account_from(request.get_ref()).map_err(rejected)?;
         self.set_policy(PolicyChange::UpsertAccount(account)).await
     }
@@ -488,6 +532,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<ListAccountsRequest>,
     ) -> Result<Response<ListAccountsResponse>, Status> {
+        self.caller(&request)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.list_accounts(request.into_inner()).await;
         }
@@ -506,6 +551,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<Partition>,
     ) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("UpsertPartition")?;
         let partition = policy_convert::partition_from(request.get_ref());
         self.set_policy(PolicyChange::UpsertPartition(partition))
             .await
@@ -514,6 +560,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<ListPartitionsRequest>,
     ) -> Result<Response<ListPartitionsResponse>, Status> {
+        self.caller(&request)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.list_partitions(request.into_inner()).await;
         }
@@ -529,6 +576,7 @@ impl BerthApi for ApiService {
         Ok(Response::new(ListPartitionsResponse { partitions }))
     }
     async fn upsert_user(&self, request: Request<User>) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("UpsertUser")?;
         let user = policy_convert::user_from(request.get_ref());
         self.set_policy(PolicyChange::UpsertUser(user)).await
     }
@@ -536,6 +584,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<ListUsersRequest>,
     ) -> Result<Response<ListUsersResponse>, Status> {
+        self.caller(&request)?;
         if let Some(mut leader) = self.leader_client()? {
             return leader.list_users(request.into_inner()).await;
         }
@@ -554,6 +603,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<DeletePolicyRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("DeleteQos")?;
         self.set_policy(PolicyChange::DeleteQos(request.into_inner().name))
             .await
     }
@@ -561,6 +611,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<DeletePolicyRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("DeleteAccount")?;
         self.set_policy(PolicyChange::DeleteAccount(request.into_inner().name))
             .await
     }
@@ -568,25 +619,29 @@ impl BerthApi for ApiService {
         &self,
         request: Request<DeletePolicyRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("DeletePartition")?;
         self.set_policy(PolicyChange::DeletePartition(request.into_inner().name))
             .await
     }
     async fn create_reservation(
         &self,
-        _: Request<Reservation>,
+        request: Request<Reservation>,
     ) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("CreateReservation")?;
         Err(not_yet("reservations"))
     }
     async fn delete_reservation(
         &self,
-        _: Request<DeleteReservationRequest>,
+        request: Request<DeleteReservationRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
+        self.caller(&request)?.require_admin("DeleteReservation")?;
         Err(not_yet("reservations"))
     }
     async fn list_reservations(
         &self,
-        _: Request<ListReservationsRequest>,
+        request: Request<ListReservationsRequest>,
     ) -> Result<Response<ListReservationsResponse>, Status> {
+        self.caller(&request)?;
         Err(not_yet("reservations"))
     }
 
@@ -596,6 +651,7 @@ impl BerthApi for ApiService {
         &self,
         request: Request<BackupStateRequest>,
     ) -> Result<Response<Self::BackupStateStream>, Status> {
+        self.caller(&request)?.require_admin("BackupState")?;
         let req = request.into_inner();
         if let Some(mut leader) = self.leader_client()? {
             let upstream = leader.backup_state(req).await?.into_inner();

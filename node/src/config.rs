@@ -33,6 +33,22 @@ pub struct NodeConfig {
     pub scheduler: SchedulerConfig,
     #[serde(default)]
     pub agents: AgentPolicy,
+    #[serde(default)]
+    pub auth: AuthConfig,
+}
+
+/// Authentication. Off by default (a local dev cluster); a site turns it
+/// on with both secrets.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// Require a signed token on every API call, and the cluster secret
+    /// between nodes and from agents.
+    pub enabled: bool,
+    /// The secret user tokens are signed with (`berth admin token issue`).
+    pub token_secret_file: Option<PathBuf>,
+    /// The secret nodes and agents share.
+    pub cluster_secret_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -220,6 +236,13 @@ impl NodeConfig {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        if self.auth.enabled
+            && (self.auth.token_secret_file.is_none() || self.auth.cluster_secret_file.is_none())
+        {
+            return Err(
+                "auth.enabled needs auth.token_secret_file and auth.cluster_secret_file".into(),
+            );
+        }
         if self.node_id == 0 {
             return Err("node_id must be at least 1".into());
         }
@@ -333,6 +356,11 @@ mod docs_tests {
             toml::Value::try_from(RaftTimings::default()),
             toml::Value::try_from(SchedulerConfig::default()),
             toml::Value::try_from(AgentPolicy::default()),
+            toml::Value::try_from(AuthConfig {
+                enabled: false,
+                token_secret_file: Some("t".into()),
+                cluster_secret_file: Some("c".into()),
+            }),
         ] {
             let table = value.expect("serialize defaults");
             keys.extend(table.as_table().into_iter().flat_map(|t| t.keys().cloned()));

@@ -61,6 +61,8 @@ pub fn cluster_configs(dir: &Path, n: u64, base_port: u16) -> Vec<NodeConfig> {
             raft: RaftTimings::default(),
             scheduler: SchedulerConfig::default(),
             agents: AgentPolicy::default(),
+            // A dev cluster on loopback runs without authentication.
+            auth: Default::default(),
         })
         .collect()
 }

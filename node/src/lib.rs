@@ -18,6 +18,7 @@
 pub mod agent_service;
 pub mod api_metrics;
 pub mod api_service;
+pub mod authz;
 pub mod backup_service;
 pub mod config;
 pub mod config_overlay;

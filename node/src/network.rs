@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use berth_auth::grpc::AttachCredentials;
 use berth_proto::raft::raft_transport_client::RaftTransportClient;
 use berth_proto::raft::{RaftMessage, RaftReply};
 use berth_raft_store::{NodeId, TypeConfig};
@@ -31,9 +32,12 @@ pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
     Ok(endpoint.connect_lazy())
 }
 
-/// Creates connections to peers.
+/// Creates connections to peers; every call carries `credentials` (the
+/// cluster secret when auth is on).
 #[derive(Clone, Default)]
-pub struct Network;
+pub struct Network {
+    pub credentials: AttachCredentials,
+}
 
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerConnection;
@@ -47,6 +51,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
                     .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
             }),
             addr: node.addr.clone(),
+            credentials: self.credentials.clone(),
         }
     }
 }
@@ -56,6 +61,7 @@ pub struct PeerConnection {
     target: NodeId,
     addr: String,
     client: Option<RaftTransportClient<Channel>>,
+    credentials: AttachCredentials,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +88,7 @@ impl PeerConnection {
             serde_json::to_vec(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut req = tonic::Request::new(RaftMessage { payload });
         req.set_timeout(option.hard_ttl());
+        self.credentials.apply(req.metadata_mut());
         let reply = match method {
             Method::AppendEntries => client.append_entries(req).await,
             Method::Vote => client.vote(req).await,

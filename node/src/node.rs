@@ -14,6 +14,9 @@ use tokio::sync::{watch, Notify};
 use tonic::transport::Channel;
 use tonic::Status;
 
+use berth_auth::grpc::AttachCredentials;
+
+use crate::authz::AuthKeys;
 use crate::config::NodeConfig;
 use crate::leader::HostLiveness;
 use crate::network::channel;
@@ -65,6 +68,10 @@ pub struct Node {
     /// The last pass's sentences with numbers (limits, partitions).
     pub last_details: Mutex<BTreeMap<JobId, String>>,
     peers: Mutex<HashMap<String, RaftTransportClient<Channel>>>,
+    /// Secrets for authenticating callers (none: auth is off).
+    pub auth: AuthKeys,
+    /// What this node attaches to its calls to other nodes.
+    pub credentials: AttachCredentials,
 }
 
 pub fn now_ms() -> u64 {
@@ -80,7 +87,9 @@ impl Node {
         raft: Raft,
         state: SharedState,
         applied: watch::Receiver<u64>,
+        auth: AuthKeys,
     ) -> Node {
+        let credentials = AttachCredentials::cluster_secret(auth.cluster.as_deref());
         let liveness = HostLiveness::new(Duration::from_millis(config.agents.heartbeat_timeout_ms));
         Node {
             id: config.node_id,
@@ -93,6 +102,8 @@ impl Node {
             last_reasons: Mutex::new(BTreeMap::new()),
             last_details: Mutex::new(BTreeMap::new()),
             peers: Mutex::new(HashMap::new()),
+            auth,
+            credentials,
         }
     }
 
@@ -205,6 +216,7 @@ impl Node {
             .map_err(|e| ProposeError::Fatal(e.to_string()))?;
         let mut req = tonic::Request::new(RaftMessage { payload });
         req.set_timeout(Duration::from_secs(10));
+        self.credentials.apply(req.metadata_mut());
         match client.forward(req).await {
             Ok(reply) => {
                 let reply = reply.into_inner();

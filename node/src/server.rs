@@ -12,9 +12,13 @@ use berth_raft_store::store::store_path;
 use berth_raft_store::{Raft, StoreError};
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use tokio::sync::watch;
+use tonic::service::interceptor::InterceptedService;
+
+use berth_auth::grpc::{AttachCredentials, RequireClusterSecret};
 
 use crate::agent_service::AgentServiceImpl;
 use crate::api_service::ApiService;
+use crate::authz::AuthKeys;
 use crate::config::NodeConfig;
 use crate::leader::scheduling_loop;
 use crate::network::Network;
@@ -40,6 +44,8 @@ pub enum ServerError {
     RaftConfig(String),
     #[error("raft: {0}")]
     Raft(String),
+    #[error("auth: {0}")]
+    Auth(String),
     #[error("metrics: {0}")]
     Metrics(String),
     #[error("cannot serve on {addr}: {source}")]
@@ -77,27 +83,39 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     // Backups read the state machine's RocksDB (a cheap handle clone).
     let backup_source = store.state_machine.clone();
     let raft_cfg = Arc::new(raft_config(&config)?);
+    let auth = AuthKeys::load(&config.auth).map_err(|e| ServerError::Auth(e.to_string()))?;
+    let network = Network {
+        credentials: AttachCredentials::cluster_secret(auth.cluster.as_deref()),
+    };
+    let require_secret = RequireClusterSecret::new(auth.cluster.clone());
     let raft = Raft::new(
         config.node_id,
         raft_cfg,
-        Network,
+        network,
         store.log,
         store.state_machine,
     )
     .await
     .map_err(|e| ServerError::Raft(e.to_string()))?;
     let listen = config.listen;
-    let node = Arc::new(Node::new(config, raft, store.state, store.applied));
+    let node = Arc::new(Node::new(config, raft, store.state, store.applied, auth));
 
     let api = BerthApiServer::new(ApiService::new(node.clone(), backup_source))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let agents = AgentServiceServer::new(AgentServiceImpl { node: node.clone() })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let raft_transport = RaftTransportServer::new(RaftService { node: node.clone() })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    // Agents and other nodes prove they belong with the cluster secret.
+    let agents = InterceptedService::new(
+        AgentServiceServer::new(AgentServiceImpl { node: node.clone() })
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        require_secret.clone(),
+    );
+    let raft_transport = InterceptedService::new(
+        RaftTransportServer::new(RaftService { node: node.clone() })
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        require_secret,
+    );
 
     let mut serve_shutdown = shutdown.clone();
     let serve = tonic::transport::Server::builder()

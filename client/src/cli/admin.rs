@@ -16,6 +16,61 @@ pub enum AdminCommand {
     /// Write a consistent backup of the cluster's state to FILE (via
     /// FILE.tmp, synced, then renamed); restore it with `berthd store restore`
     Backup(BackupArgs),
+    /// Tokens for users (signed with the cluster's token secret)
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum TokenCommand {
+    /// Print a signed token for a user; they pass it with --token or
+    /// BERTH_TOKEN. Needs the token secret file, so only whoever holds it
+    /// (the cluster's admin) can issue tokens
+    Issue(TokenIssueArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TokenIssueArgs {
+    /// The user the token speaks for
+    #[arg(long)]
+    pub user: String,
+    /// A role to grant (repeatable); `admin` may change policy and
+    /// membership and act on anyone's jobs
+    #[arg(long = "role", value_name = "ROLE")]
+    pub roles: Vec<String>,
+    /// How long the token is valid, in seconds
+    #[arg(long, default_value_t = 86_400)]
+    pub ttl_s: u64,
+    /// The token secret (berthd's auth.token_secret_file)
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: PathBuf,
+}
+
+/// Longest token lifetime accepted: a year.
+const TOKEN_TTL_MAX_S: u64 = 366 * 86_400;
+
+fn issue_token(args: &TokenIssueArgs) -> Result<String> {
+    let user = args.user.trim();
+    if user.is_empty() || user.chars().any(char::is_whitespace) {
+        anyhow::bail!("--user must be a user name without spaces");
+    }
+    if args.ttl_s == 0 || args.ttl_s > TOKEN_TTL_MAX_S {
+        anyhow::bail!("--ttl-s must be between 1 and {TOKEN_TTL_MAX_S}");
+    }
+    let text = std::fs::read(&args.secret_file)
+        .with_context(|| format!("cannot read {}", args.secret_file.display()))?;
+    let secret = berth_auth::secret_from_file_text(&text)
+        .with_context(|| format!("{}", args.secret_file.display()))?;
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let claims = berth_auth::Claims {
+        user: user.to_string(),
+        roles: args.roles.clone(),
+        exp_s: now_s.saturating_add(args.ttl_s),
+    };
+    Ok(berth_auth::issue(&claims, &secret)?)
 }
 
 #[derive(Args, Debug, Clone)]
@@ -27,7 +82,13 @@ pub struct BackupArgs {
 }
 
 pub async fn run(global: &GlobalArgs, command: AdminCommand) -> Result<ExitCode> {
-    let AdminCommand::Backup(args) = command;
+    let args = match command {
+        AdminCommand::Backup(args) => args,
+        AdminCommand::Token(TokenCommand::Issue(args)) => {
+            output::emit(&format!("{}\n", issue_token(&args)?))?;
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     let started = Instant::now();
     let mut cluster = Cluster::new(servers_from(global.server.clone()));
     let stream = cluster.backup_state().await?;

@@ -25,8 +25,7 @@ pub struct ReleaseArgs {
     /// Jobs to release
     #[arg(value_name = "JOB_ID", required = true)]
     pub ids: Vec<String>,
-    /// Also lift an administrator's hold (authentication does not exist yet,
-    /// so the cluster honours this as asked)
+    /// Also lift an administrator's hold (needs the admin role)
     #[arg(long)]
     pub admin: bool,
 }

@@ -62,6 +62,10 @@ pub struct GlobalArgs {
     /// [env: BERTH_SERVER] [default: 127.0.0.1:7101]
     #[arg(long, global = true, value_name = "HOST:PORT[,...]")]
     pub server: Option<String>,
+    /// The token to authenticate with (from `berth admin token issue`)
+    /// [env: BERTH_TOKEN]
+    #[arg(long, global = true, value_name = "TOKEN")]
+    pub token: Option<String>,
 }
 
 /// `berth`: the full CLI.
@@ -191,6 +195,9 @@ pub fn parse(tool: Tool, argv: &[OsString]) -> Result<Invocation, clap::Error> {
 /// first connection, so bad input never reaches the cluster.
 pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode> {
     let global = invocation.global;
+    if global.token.is_some() {
+        berth_client::set_token(global.token.clone());
+    }
     match invocation.command {
         Command::Submit(args) => submit::run(tool, &global, *args).await,
         Command::Queue(args) => queue::run(&global, args).await,

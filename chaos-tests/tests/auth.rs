@@ -1,0 +1,173 @@
+//! Authentication and authorization on a real cluster run with auth on:
+//! nodes reach each other and the agent registers with the cluster secret;
+//! an unauthenticated caller gets nothing; users act only on their own
+//! jobs; policy changes need the admin role; tokens expire.
+
+use std::time::{Duration, Instant};
+
+use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
+use berth_chaos::harness::{ClusterOptions, LocalCluster};
+use berth_proto::api::berth_api_client::BerthApiClient;
+use berth_proto::api::{
+    CancelJobRequest, GetJobRequest, JobSpec, JobState, ListJobsRequest, Qos, SubmitJobRequest,
+};
+use tonic::Code;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+type Client = BerthApiClient<CredentialedChannel>;
+
+/// A client of the leader's address carrying `token` (None: no token).
+async fn client(cluster: &LocalCluster, token: Option<&str>) -> Client {
+    let addr = cluster.servers()[0].clone();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect");
+    BerthApiClient::with_interceptor(channel, AttachCredentials::bearer(token))
+}
+
+fn spec(user: &str, command: &str) -> JobSpec {
+    JobSpec {
+        user: user.into(),
+        command: command.into(),
+        cpus: 1,
+        ..Default::default()
+    }
+}
+
+async fn submit(c: &mut Client, id: &str, spec: JobSpec) -> Result<u64, tonic::Status> {
+    c.submit_job(SubmitJobRequest {
+        request_id: id.into(),
+        spec: Some(spec),
+    })
+    .await
+    .map(|r| r.into_inner().job_id)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_authenticated_and_authorized_callers_are_served() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = ClusterOptions {
+        auth: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(tmp.path(), &options).expect("start");
+    // The nodes elect a leader only if the cluster secret works between them.
+    cluster.wait_for_leader(DEADLINE).await.expect("leader");
+
+    let bob_token = cluster.token("bob", false, 3600).expect("token");
+    let admin_token = cluster.token("root", true, 3600).expect("token");
+    let expired = cluster.token("bob", false, 0).expect("token");
+    let mut anonymous = client(&cluster, None).await;
+    let mut bob = client(&cluster, Some(&bob_token)).await;
+    let mut admin = client(&cluster, Some(&admin_token)).await;
+
+    // Nothing for an unauthenticated caller, reads included.
+    let list = anonymous
+        .list_jobs(ListJobsRequest::default())
+        .await
+        .expect_err("anonymous list");
+    assert_eq!(list.code(), Code::Unauthenticated);
+    let sub = submit(&mut anonymous, "anon", spec("bob", "true"))
+        .await
+        .expect_err("anonymous submit");
+    assert_eq!(sub.code(), Code::Unauthenticated);
+    let mut stale = client(&cluster, Some(&expired)).await;
+    let old = stale
+        .list_jobs(ListJobsRequest::default())
+        .await
+        .expect_err("expired token");
+    assert_eq!(old.code(), Code::Unauthenticated);
+    assert!(
+        old.message().starts_with("token expired"),
+        "{}",
+        old.message()
+    );
+
+    // Bob submits as himself (the spec's user filled in from the token),
+    // not as anyone else.
+    let mut bob_spec = spec("", "sleep 30");
+    bob_spec.user.clear();
+    let job = submit(&mut bob, "bob-1", bob_spec)
+        .await
+        .expect("bob submits");
+    let as_alice = submit(&mut bob, "bob-2", spec("alice", "true"))
+        .await
+        .expect_err("bob as alice");
+    assert_eq!(as_alice.code(), Code::PermissionDenied);
+
+    // The agent registered with the cluster secret: the job runs.
+    let start = Instant::now();
+    loop {
+        let j = bob
+            .get_job(GetJobRequest {
+                job_id: job,
+                stale: false,
+            })
+            .await
+            .expect("get job")
+            .into_inner();
+        assert_eq!(j.spec.map(|s| s.user), Some("bob".to_string()));
+        if j.state == JobState::Running as i32 {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "bob's job never ran: {}",
+            j.reason
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Policy needs the admin role.
+    let qos = Qos {
+        name: "team".into(),
+        ..Default::default()
+    };
+    let denied = bob
+        .upsert_qos(qos.clone())
+        .await
+        .expect_err("bob upserts qos");
+    assert_eq!(denied.code(), Code::PermissionDenied);
+    admin.upsert_qos(qos).await.expect("admin upserts qos");
+
+    // Another user cannot cancel bob's job; the admin can.
+    let eve_token = cluster.token("eve", false, 3600).expect("token");
+    let mut eve = client(&cluster, Some(&eve_token)).await;
+    let no = eve
+        .cancel_job(CancelJobRequest { job_id: job })
+        .await
+        .expect_err("eve cancels bob's job");
+    assert_eq!(no.code(), Code::PermissionDenied);
+    admin
+        .cancel_job(CancelJobRequest { job_id: job })
+        .await
+        .expect("admin cancels");
+
+    // The internal services refuse callers without the cluster secret.
+    let addr = cluster.servers()[0].clone();
+    let mut raft = berth_proto::raft::raft_transport_client::RaftTransportClient::connect(format!(
+        "http://{addr}"
+    ))
+    .await
+    .expect("connect raft");
+    let vote = raft
+        .vote(berth_proto::raft::RaftMessage {
+            payload: Vec::new(),
+        })
+        .await
+        .expect_err("vote without the cluster secret");
+    assert_eq!(vote.code(), Code::Unauthenticated);
+    let mut agent = berth_proto::agent::agent_service_client::AgentServiceClient::connect(format!(
+        "http://{addr}"
+    ))
+    .await
+    .expect("connect agent service");
+    let reg = agent
+        .register(berth_proto::agent::RegisterRequest::default())
+        .await
+        .expect_err("register without the cluster secret");
+    assert_eq!(reg.code(), Code::Unauthenticated);
+}
