@@ -32,6 +32,7 @@ pub enum AgentError {
 /// their exit reports, and returns.
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     crate::credentials::set(config.cluster_secret.as_deref());
+    berth_auth::tls::set_client_ca(config.tls_ca.as_deref());
     let inventory =
         inventory::discover(config.cpus, config.memory_mb).map_err(AgentError::Inventory)?;
     tracing::info!(

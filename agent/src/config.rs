@@ -73,6 +73,8 @@ pub struct FileConfig {
     pub memory_mb: Option<u64>,
     /// The secret nodes and agents share (when the cluster runs with auth).
     pub cluster_secret_file: Option<PathBuf>,
+    /// The cluster's CA (PEM): connect with TLS and verify the nodes.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -123,6 +125,8 @@ pub struct Config {
     pub memory_mb: Option<u64>,
     /// Sent with every call when the cluster runs with auth.
     pub cluster_secret: Option<Vec<u8>>,
+    /// The cluster's CA (PEM) when the cluster runs with TLS.
+    pub tls_ca: Option<Vec<u8>>,
 }
 
 impl Config {
@@ -198,6 +202,13 @@ impl Config {
         if file.memory_mb == Some(0) {
             return Err(invalid("memory_mb must be at least 1".to_string()));
         }
+        let tls_ca = match &file.tls_ca_file {
+            None => None,
+            Some(path) => Some(
+                std::fs::read(path)
+                    .map_err(|e| invalid(format!("tls_ca_file {}: {e}", path.display())))?,
+            ),
+        };
         let cluster_secret = match &file.cluster_secret_file {
             None => None,
             Some(path) => {
@@ -220,6 +231,7 @@ impl Config {
             cpus: file.cpus,
             memory_mb: file.memory_mb,
             cluster_secret,
+            tls_ca,
         })
     }
 }

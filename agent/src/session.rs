@@ -16,7 +16,7 @@ use berth_proto::agent::{
 };
 use berth_proto::api::Inventory;
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
 use crate::backoff::Backoff;
@@ -193,12 +193,13 @@ async fn session(
 }
 
 async fn connect(addr: &str) -> Result<Channel, SessionError> {
-    let uri = if addr.starts_with("http://") || addr.starts_with("https://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
-    };
-    let endpoint = Endpoint::from_shared(uri)
+    // http:// or https:// follows from whether the agent has the
+    // cluster's CA; a scheme written in the address is not needed.
+    let bare = addr
+        .strip_prefix("http://")
+        .or_else(|| addr.strip_prefix("https://"))
+        .unwrap_or(addr);
+    let endpoint = berth_auth::tls::endpoint(bare)
         .map_err(|e| SessionError::Address {
             addr: addr.to_string(),
             message: e.to_string(),

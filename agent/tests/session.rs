@@ -193,6 +193,7 @@ async fn follows_leader_runs_assignments_and_reports() {
         cpus: Some(2),
         memory_mb: Some(512),
         cluster_secret: None,
+        tls_ca: None,
     };
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let agent = tokio::spawn(berth_agent::agent::run(config, async {

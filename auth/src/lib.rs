@@ -8,6 +8,7 @@
 //! Pure: time is an argument, secrets are bytes the caller read.
 
 pub mod grpc;
+pub mod tls;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
 use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::{ClusterStatusRequest, ClusterStatusResponse};
-use tonic::transport::Endpoint;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
@@ -136,8 +135,13 @@ pub struct ClusterOptions {
     /// defaults), so a test can make a lagging node need a snapshot.
     pub snapshot_every_entries: Option<u64>,
     /// Run with authentication: secrets in `dir/token.secret` and
-    /// `dir/cluster.secret` (see [`LocalCluster::token_secret`]).
+    /// `dir/cluster.secret` (see [`LocalCluster::token`]).
     pub auth: bool,
+    /// Run with TLS: a test CA and a certificate for 127.0.0.1 made with
+    /// the `openssl` command under `dir/tls/`. This process's own
+    /// connections then use TLS too (a process-wide setting: keep TLS
+    /// tests in their own test binary).
+    pub tls: bool,
 }
 
 impl Default for ClusterOptions {
@@ -147,6 +151,7 @@ impl Default for ClusterOptions {
             spare_nodes: 0,
             snapshot_every_entries: None,
             auth: false,
+            tls: false,
             agents: 1,
             agent_cpus: 0,
         }
@@ -176,6 +181,16 @@ impl LocalCluster {
         let member_line =
             |(id, addr): &(u64, String)| format!("[[members]]\nid = {id}\naddr = \"{addr}\"\n");
         let voters = &members[..options.nodes as usize];
+        let tls_toml = if options.tls {
+            let tls = make_test_certificates(&dir.join("tls"))?;
+            berth_auth::tls::set_client_ca(Some(&std::fs::read(tls.join("ca.pem"))?));
+            format!(
+                "[tls]\ncert_file = \"{0}/node.pem\"\nkey_file = \"{0}/node.key\"\nca_file = \"{0}/ca.pem\"\n",
+                tls.display()
+            )
+        } else {
+            String::new()
+        };
         // Fixed test secrets (32+ printable bytes), one per purpose.
         let auth_toml = if options.auth {
             std::fs::write(
@@ -214,7 +229,8 @@ impl LocalCluster {
                 options.snapshot_every_entries.map_or(String::new(), |n| format!(
                     "[raft]\nsnapshot_every_entries = {n}\nlog_entries_kept_behind_snapshot = 2\n"
                 )),
-            ) + &auth_toml;
+            ) + &auth_toml
+                + &tls_toml;
             let config_path = dir.join(format!("node-{id}.toml"));
             std::fs::write(&config_path, config)?;
             nodes.push(NodeProc {
@@ -317,6 +333,10 @@ impl LocalCluster {
         let mut agent_toml = String::new();
         if cpus > 0 {
             agent_toml.push_str(&format!("cpus = {cpus}\n"));
+        }
+        let ca = self.dir.join("tls").join("ca.pem");
+        if ca.exists() {
+            agent_toml.push_str(&format!("tls_ca_file = \"{}\"\n", ca.display()));
         }
         let secret = self.dir.join("cluster.secret");
         if secret.exists() {
@@ -579,7 +599,7 @@ const TEST_CLUSTER_SECRET: &str = "test-cluster-secret-0123456789abcdef";
 pub type HarnessClient = BerthApiClient<CredentialedChannel>;
 
 pub async fn connect(addr: &str) -> Result<HarnessClient, HarnessError> {
-    let channel = Endpoint::from_shared(format!("http://{addr}"))
+    let channel = berth_auth::tls::endpoint(addr)
         .map_err(|e| HarnessError::Rpc(e.to_string()))?
         .connect_timeout(Duration::from_millis(500))
         .timeout(Duration::from_secs(10))
@@ -599,4 +619,75 @@ pub async fn status_of(addr: &str) -> Result<ClusterStatusResponse, HarnessError
         .await
         .map(|r| r.into_inner())
         .map_err(|e| HarnessError::Rpc(e.to_string()))
+}
+
+/// A throwaway CA and a certificate for 127.0.0.1 signed by it, made with
+/// the `openssl` command in `dir`; returns `dir`.
+fn make_test_certificates(dir: &Path) -> Result<PathBuf, HarnessError> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(
+        dir.join("ext.cnf"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )?;
+    let steps: [&[&str]; 3] = [
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=berth-test-ca",
+        ],
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "node.key",
+            "-out",
+            "node.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "node.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "node.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+    ];
+    for args in steps {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()?;
+        if !out.status.success() {
+            return Err(HarnessError::Rpc(format!(
+                "openssl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+    }
+    Ok(dir.to_path_buf())
 }

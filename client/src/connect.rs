@@ -8,6 +8,25 @@ use std::sync::OnceLock;
 use std::time::Duration;
 use tonic::transport::Endpoint;
 
+/// The environment variable naming the cluster's CA file (PEM): with it,
+/// connections use TLS and verify the servers.
+pub const CA_ENV: &str = "BERTH_CA";
+
+/// Turns TLS on for this process's connections when a CA is given
+/// (`--ca`, else `BERTH_CA`).
+pub fn set_ca_file(path: Option<&std::path::Path>) -> Result<(), ClientError> {
+    let from_env = std::env::var_os(CA_ENV).map(std::path::PathBuf::from);
+    let Some(path) = path.map(std::path::Path::to_path_buf).or(from_env) else {
+        return Ok(());
+    };
+    let pem = std::fs::read(&path).map_err(|e| ClientError::InvalidServer {
+        addr: path.display().to_string(),
+        reason: format!("cannot read the CA file: {e}"),
+    })?;
+    berth_auth::tls::set_client_ca(Some(&pem));
+    Ok(())
+}
+
 /// How long to wait for one server to accept a connection before trying
 /// the next. Short: a live node on a LAN answers in well under this.
 pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
@@ -97,7 +116,7 @@ fn endpoint(addr: &str) -> Result<Endpoint, ClientError> {
     if !port_ok {
         return Err(invalid("expected host:port"));
     }
-    Endpoint::from_shared(format!("http://{addr}"))
+    berth_auth::tls::endpoint(addr)
         .map_err(|e| invalid(&e.to_string()))
         .map(|e| {
             e.connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))

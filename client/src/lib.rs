@@ -27,7 +27,8 @@ pub mod user;
 
 pub use cluster::{Cluster, RetryPolicy};
 pub use connect::{
-    connect, set_token, ApiClient, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS, TOKEN_ENV,
+    connect, set_ca_file, set_token, ApiClient, CA_ENV, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS,
+    TOKEN_ENV,
 };
 pub use error::ClientError;
 pub use servers::{servers_from, DEFAULT_SERVER, SERVER_ENV};

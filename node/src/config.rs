@@ -35,6 +35,22 @@ pub struct NodeConfig {
     pub agents: AgentPolicy,
     #[serde(default)]
     pub auth: AuthConfig,
+    #[serde(default)]
+    pub tls: TlsConfig,
+}
+
+/// TLS on the gRPC listener and on every connection this node opens. Off
+/// when unset; all three files together turn it on.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// This node's certificate chain (PEM); its names must include the
+    /// address others dial (e.g. `IP:10.0.0.5`).
+    pub cert_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key_file: Option<PathBuf>,
+    /// The CA that signed every node's certificate (PEM).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Authentication. Off by default (a local dev cluster); a site turns it
@@ -236,6 +252,10 @@ impl NodeConfig {
     }
 
     pub fn validate(&self) -> Result<(), String> {
+        let tls = [&self.tls.cert_file, &self.tls.key_file, &self.tls.ca_file];
+        if tls.iter().any(|f| f.is_some()) && !tls.iter().all(|f| f.is_some()) {
+            return Err("tls needs cert_file, key_file and ca_file together".into());
+        }
         if self.auth.enabled
             && (self.auth.token_secret_file.is_none() || self.auth.cluster_secret_file.is_none())
         {
@@ -360,6 +380,11 @@ mod docs_tests {
                 enabled: false,
                 token_secret_file: Some("t".into()),
                 cluster_secret_file: Some("c".into()),
+            }),
+            toml::Value::try_from(TlsConfig {
+                cert_file: Some("c".into()),
+                key_file: Some("k".into()),
+                ca_file: Some("a".into()),
             }),
         ] {
             let table = value.expect("serialize defaults");

@@ -63,6 +63,7 @@ pub fn cluster_configs(dir: &Path, n: u64, base_port: u16) -> Vec<NodeConfig> {
             agents: AgentPolicy::default(),
             // A dev cluster on loopback runs without authentication.
             auth: Default::default(),
+            tls: Default::default(),
         })
         .collect()
 }

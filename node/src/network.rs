@@ -18,7 +18,7 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// A peer that does not accept a TCP connection within this long is
 /// reported unreachable, so openraft backs off instead of piling up calls.
@@ -26,7 +26,8 @@ const CONNECT_TIMEOUT_MS: u64 = 300;
 
 /// Builds a lazily connecting gRPC channel to `addr` ("host:port").
 pub fn channel(addr: &str) -> Result<Channel, tonic::transport::Error> {
-    let endpoint = Endpoint::from_shared(format!("http://{addr}"))?
+    // https with the cluster's CA when the node runs with TLS.
+    let endpoint = berth_auth::tls::endpoint(addr)?
         .connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
         .tcp_nodelay(true);
     Ok(endpoint.connect_lazy())

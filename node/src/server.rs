@@ -46,6 +46,8 @@ pub enum ServerError {
     Raft(String),
     #[error("auth: {0}")]
     Auth(String),
+    #[error("tls: {0}")]
+    Tls(String),
     #[error("metrics: {0}")]
     Metrics(String),
     #[error("cannot serve on {addr}: {source}")]
@@ -73,6 +75,22 @@ fn raft_config(config: &NodeConfig) -> Result<Config, ServerError> {
         .map_err(|e| ServerError::RaftConfig(e.to_string()))
 }
 
+/// Reads the TLS files: the listener's config, and the CA every channel
+/// this process opens will trust. `None` when TLS is off.
+fn load_tls(
+    tls: &crate::config::TlsConfig,
+) -> Result<Option<tonic::transport::ServerTlsConfig>, ServerError> {
+    let (Some(cert), Some(key), Some(ca)) = (&tls.cert_file, &tls.key_file, &tls.ca_file) else {
+        return Ok(None);
+    };
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| ServerError::Tls(format!("{}: {e}", path.display())))
+    };
+    let (cert, key, ca) = (read(cert)?, read(key)?, read(ca)?);
+    berth_auth::tls::set_client_ca(Some(&ca));
+    Ok(Some(berth_auth::tls::server_config(&cert, &key)))
+}
+
 /// Runs a node until `shutdown` turns true.
 pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<(), ServerError> {
     std::fs::create_dir_all(&config.data_dir).map_err(|source| ServerError::DataDir {
@@ -84,6 +102,7 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     let backup_source = store.state_machine.clone();
     let raft_cfg = Arc::new(raft_config(&config)?);
     let auth = AuthKeys::load(&config.auth).map_err(|e| ServerError::Auth(e.to_string()))?;
+    let server_tls = load_tls(&config.tls)?;
     let network = Network {
         credentials: AttachCredentials::cluster_secret(auth.cluster.as_deref()),
     };
@@ -118,7 +137,13 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     );
 
     let mut serve_shutdown = shutdown.clone();
-    let serve = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = server_tls {
+        builder = builder
+            .tls_config(tls)
+            .map_err(|e| ServerError::Tls(e.to_string()))?;
+    }
+    let serve = builder
         .tcp_nodelay(true)
         .layer(crate::api_metrics::ApiMetricsLayer)
         .add_service(api)

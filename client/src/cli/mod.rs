@@ -66,6 +66,10 @@ pub struct GlobalArgs {
     /// [env: BERTH_TOKEN]
     #[arg(long, global = true, value_name = "TOKEN")]
     pub token: Option<String>,
+    /// The cluster's CA certificate (PEM): connect with TLS
+    /// [env: BERTH_CA]
+    #[arg(long, global = true, value_name = "FILE")]
+    pub ca: Option<std::path::PathBuf>,
 }
 
 /// `berth`: the full CLI.
@@ -198,6 +202,7 @@ pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode>
     if global.token.is_some() {
         berth_client::set_token(global.token.clone());
     }
+    berth_client::set_ca_file(global.ca.as_deref())?;
     match invocation.command {
         Command::Submit(args) => submit::run(tool, &global, *args).await,
         Command::Queue(args) => queue::run(&global, args).await,

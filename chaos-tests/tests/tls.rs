@@ -1,0 +1,93 @@
+//! A cluster run with TLS on every listener and connection: the nodes
+//! form a cluster over TLS, the agent registers and runs a job over TLS,
+//! the CLI reaches it with the CA, and a plaintext client gets nowhere.
+//! (Its own test binary: turning TLS on is a process-wide setting.)
+
+use std::time::{Duration, Instant};
+
+use berth_chaos::harness::{tool, ClusterOptions, LocalCluster};
+use berth_proto::api::{GetJobRequest, JobSpec, JobState, SubmitJobRequest};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_connection_uses_tls() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = ClusterOptions {
+        tls: true,
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(tmp.path(), &options).expect("start");
+    cluster
+        .wait_for_leader(DEADLINE)
+        .await
+        .expect("leader over TLS");
+    let mut client = cluster.client().await.expect("TLS client");
+    let job = client
+        .submit_job(SubmitJobRequest {
+            request_id: "tls-1".into(),
+            spec: Some(JobSpec {
+                user: "tester".into(),
+                command: "true".into(),
+                cpus: 1,
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("submit over TLS")
+        .into_inner()
+        .job_id;
+    let start = Instant::now();
+    loop {
+        let state = client
+            .get_job(GetJobRequest {
+                job_id: job,
+                stale: false,
+            })
+            .await
+            .expect("get job")
+            .into_inner()
+            .state;
+        if state == JobState::Completed as i32 {
+            break;
+        }
+        assert!(start.elapsed() < DEADLINE, "the agent never ran the job");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The CLI with the CA.
+    let ca = tmp.path().join("tls").join("ca.pem");
+    let servers = cluster.servers().join(",");
+    let out = tokio::process::Command::new(tool("berth").expect("berth"))
+        .args(["--server", &servers, "--ca"])
+        .arg(&ca)
+        .args(["job", &job.to_string()])
+        .output()
+        .await
+        .expect("run berth");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Plaintext gets nowhere.
+    let addr = cluster.servers()[0].clone();
+    let plain = async {
+        let mut c =
+            berth_proto::api::berth_api_client::BerthApiClient::connect(format!("http://{addr}"))
+                .await
+                .map_err(|e| e.to_string())?;
+        c.get_job(GetJobRequest {
+            job_id: job,
+            stale: true,
+        })
+        .await
+        .map_err(|e| e.to_string())
+    };
+    let result = tokio::time::timeout(Duration::from_secs(10), plain).await;
+    assert!(
+        !matches!(result, Ok(Ok(_))),
+        "a plaintext client was served: {result:?}"
+    );
+}
