@@ -419,6 +419,19 @@ impl LocalCluster {
     /// `GET path` on node `id`'s HTTP listener (metrics, health): the
     /// status code and the body.
     pub fn http_get(&self, id: u64, path: &str) -> Result<(u16, String), HarnessError> {
+        self.http_request(id, "GET", path, "")
+    }
+
+    /// `method path` with a JSON `body` (none when empty) on node `id`'s
+    /// HTTP listener (metrics, health, the REST API): the status code and
+    /// the body. A plain HTTP/1.0 exchange, so no HTTP client is needed.
+    pub fn http_request(
+        &self,
+        id: u64,
+        method: &str,
+        path: &str,
+        body: &str,
+    ) -> Result<(u16, String), HarnessError> {
         use std::io::{Read, Write};
         let node = self
             .nodes
@@ -426,8 +439,19 @@ impl LocalCluster {
             .find(|n| n.id == id)
             .ok_or(HarnessError::NoSuchNode(id))?;
         let mut stream = std::net::TcpStream::connect(&node.metrics_addr)?;
-        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-        stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let content = if body.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            )
+        };
+        stream.write_all(
+            format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\n{content}\r\n{body}")
+                .as_bytes(),
+        )?;
         let mut response = String::new();
         stream.read_to_string(&mut response)?;
         let (head, body) = response

@@ -8,6 +8,8 @@
 //! - [`leader`]: the leader's scheduling loop and host liveness (leader soft
 //!   state, invariant 5);
 //! - [`metrics`]: Prometheus metrics at `/metrics`;
+//! - [`rest`]: the REST/JSON API on the same HTTP listener, over the
+//!   gRPC service's own methods;
 //! - [`convert`]: between the wire types and the scheduler's model;
 //! - [`server`]: wiring it all together;
 //! - [`dev`]: `berthd dev`, a whole local cluster in one command.
@@ -30,4 +32,5 @@ pub mod network;
 pub mod node;
 pub mod policy_convert;
 pub mod raft_service;
+pub mod rest;
 pub mod server;

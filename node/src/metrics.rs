@@ -67,18 +67,21 @@ struct Scrape {
     handle: PrometheusHandle,
 }
 
-/// Serves `/metrics` on `addr` until `shutdown` turns true.
+/// Serves `/metrics`, the health checks and `api` (the REST routes) on
+/// `addr` until `shutdown` turns true.
 pub async fn serve(
     addr: SocketAddr,
     node: Arc<Node>,
     handle: PrometheusHandle,
+    api: Router,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), MetricsError> {
     let app = Router::new()
         .route("/metrics", get(render))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(Arc::new(Scrape { node, handle }));
+        .with_state(Arc::new(Scrape { node, handle }))
+        .merge(api);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| MetricsError::Bind { addr, source })?;

@@ -119,7 +119,10 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     let listen = config.listen;
     let node = Arc::new(Node::new(config, raft, store.state, store.applied, auth));
 
-    let api = BerthApiServer::new(ApiService::new(node.clone(), backup_source))
+    // One service object behind both APIs: gRPC and REST (`rest`).
+    let api_service = Arc::new(ApiService::new(node.clone(), backup_source));
+    let rest = crate::rest::for_node(api_service.clone());
+    let api = BerthApiServer::from_arc(api_service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // Agents and other nodes prove they belong with the cluster secret.
@@ -158,7 +161,7 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         Some(addr) => {
             let handle =
                 crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
-            let task = crate::metrics::serve(addr, node.clone(), handle, shutdown.clone());
+            let task = crate::metrics::serve(addr, node.clone(), handle, rest, shutdown.clone());
             Some(tokio::spawn(async move {
                 if let Err(e) = task.await {
                     tracing::error!(error = %e, "metrics endpoint stopped");
