@@ -432,6 +432,18 @@ impl LocalCluster {
         path: &str,
         body: &str,
     ) -> Result<(u16, String), HarnessError> {
+        self.http_request_with_headers(id, method, path, &[], body)
+    }
+
+    /// [`Self::http_request`] with extra headers (e.g. `Authorization`).
+    pub fn http_request_with_headers(
+        &self,
+        id: u64,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Result<(u16, String), HarnessError> {
         use std::io::{Read, Write};
         let node = self
             .nodes
@@ -440,14 +452,16 @@ impl LocalCluster {
             .ok_or(HarnessError::NoSuchNode(id))?;
         let mut stream = std::net::TcpStream::connect(&node.metrics_addr)?;
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let content = if body.is_empty() {
-            String::new()
-        } else {
-            format!(
+        let mut content: String = headers
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}\r\n"))
+            .collect();
+        if !body.is_empty() {
+            content.push_str(&format!(
                 "Content-Type: application/json\r\nContent-Length: {}\r\n",
                 body.len()
-            )
-        };
+            ));
+        }
         stream.write_all(
             format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\n{content}\r\n{body}")
                 .as_bytes(),
