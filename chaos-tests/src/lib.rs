@@ -2,3 +2,4 @@
 //! tests run on.
 
 pub mod harness;
+pub mod snapshot_transfer;

@@ -4,6 +4,10 @@
 //! loopback), then repeatedly kills the leader with SIGKILL, measures the
 //! time until the survivors agree on a new leader, and restarts the killed
 //! node. It prints each round and the distribution.
+//!
+//! `berth-drill snapshot-transfer --jobs N` restores an N-job state on node
+//! 1, adds an empty node 2 as a learner and checks that the chunked Raft
+//! snapshot brings it to an identical state (see `snapshot_transfer`).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -31,6 +35,20 @@ enum Drill {
         #[arg(long, default_value_t = 10)]
         rounds: u32,
         /// Directory for the cluster's data and logs (default: a temp dir).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Restore a large state on node 1, add an empty node 2 as a learner,
+    /// and check it is brought up to date by a chunked snapshot and ends
+    /// identical; report sizes, times and peak memory.
+    SnapshotTransfer {
+        /// Jobs in the state.
+        #[arg(long, default_value_t = 1_000_000)]
+        jobs: u64,
+        /// How long the learner may take to catch up, in seconds.
+        #[arg(long, default_value_t = 900)]
+        catch_up_deadline_s: u64,
+        /// Directory for the stores and logs (default: a temp dir).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -63,6 +81,22 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.drill {
         Drill::Failover { rounds, dir } => failover(rounds, dir).await,
+        Drill::SnapshotTransfer {
+            jobs,
+            catch_up_deadline_s,
+            dir,
+        } => {
+            let (_tmp, dir) = berth_chaos::snapshot_transfer::work_dir(dir)?;
+            println!("snapshot-transfer: {jobs} jobs under {}", dir.display());
+            let report = berth_chaos::snapshot_transfer::run(
+                &dir,
+                jobs,
+                Duration::from_secs(catch_up_deadline_s),
+            )
+            .await?;
+            println!("{report}");
+            Ok(())
+        }
     }
 }
 

@@ -27,6 +27,16 @@ use crate::raft_service::RaftService;
 
 /// Snapshot chunks are at most this many bytes on the wire.
 const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
+/// How long one snapshot chunk may take to be answered. openraft's default
+/// (200 ms) is far too short here: a 1 MiB chunk travels as JSON (about
+/// 3.6 MB) and is decoded on arrival, and the reply to the last chunk comes
+/// only after the receiver has installed the whole state, which takes
+/// seconds for a large one (BENCHMARKS.md: about 1M jobs). A chunk that times out
+/// restarts the whole transfer, so too short a bound means a large
+/// snapshot never arrives. A dead peer is still noticed at once (connect
+/// fails); only a peer that accepts and then stalls holds a transfer this
+/// long.
+const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 120_000;
 /// Entries per AppendEntries request at most.
 const APPEND_ENTRIES_MAX: u64 = 512;
 
@@ -67,6 +77,7 @@ fn raft_config(config: &NodeConfig) -> Result<Config, ServerError> {
         election_timeout_max: t.election_timeout_max_ms,
         max_payload_entries: APPEND_ENTRIES_MAX,
         snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
+        install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT_MS,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(t.snapshot_every_entries),
         max_in_snapshot_log_to_keep: t.log_entries_kept_behind_snapshot,
         ..Default::default()
