@@ -124,3 +124,35 @@ fn bench_pass_prints_one_line() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(text(&bad.stderr).contains("--passes"));
 }
+
+#[test]
+fn swf_plot_writes_an_svg_with_both_series_and_no_bar_off_a_terminal() {
+    let dir = std::env::temp_dir().join(format!("berth-sim-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let svg_path = dir.join("kth.svg");
+    let svg_arg = svg_path.display().to_string();
+    let out = berth(&[
+        "sim",
+        "swf",
+        "--trace",
+        KTH,
+        "--cpus-per-node",
+        "1",
+        "--max-jobs",
+        "300",
+        "--plot",
+        &svg_arg,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // stderr is a pipe here: no progress bar.
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("\"recorded_mean_wait_s\":"), "{stdout}");
+    let svg = std::fs::read_to_string(&svg_path).unwrap_or_else(|e| panic!("{e}"));
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(svg.trim_end().ends_with("</svg>"));
+    for series in ["<polyline id=\"utilization\"", "<polyline id=\"pending\""] {
+        assert!(svg.contains(series), "{series} missing");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -162,8 +162,9 @@ impl Registry {
                 reg.partition_qos.push(p.qos.clone());
             }
         }
+        // Host names are interned when a node-counting group books one;
+        // a host never booked is occupied by no group.
         for host in &snapshot.hosts {
-            reg.hosts.intern(&host.name);
             let tres = host_tres(host);
             reg.cluster.add(&tres);
             for p in &host.partitions {
@@ -388,7 +389,6 @@ impl Tally {
             held: HashMap::with_capacity_and_hasher(snapshot.running.len(), Fx::default()),
             occupied: HashMap::with_capacity_and_hasher(placements * 6, Fx::default()),
         };
-        let mut slots = Vec::new();
         for r in &snapshot.running {
             let account = if r.account.is_empty() {
                 catalog.account_of(&r.user, "")
@@ -407,8 +407,6 @@ impl Tally {
             let remaining_s = r
                 .end_ms
                 .map_or(0.0, |end| end.saturating_sub(now_ms) as f64 / 1000.0);
-            slots.clear();
-            slots.extend(r.hosts.iter().map(|h| tally.reg.hosts.intern(h)));
             tally.book(
                 &Booking {
                     user: &r.user,
@@ -418,7 +416,7 @@ impl Tally {
                     per_host: r.per_host,
                     remaining_s,
                 },
-                &slots,
+                &r.hosts,
             );
         }
         tally
@@ -426,11 +424,6 @@ impl Tally {
 
     /// Adds a placement the pass just made.
     pub fn charge(&mut self, placed: &Charge<'_>) {
-        let slots: Vec<u32> = placed
-            .hosts
-            .iter()
-            .map(|h| self.reg.hosts.intern(h))
-            .collect();
         self.book(
             &Booking {
                 user: placed.user,
@@ -440,7 +433,7 @@ impl Tally {
                 per_host: placed.per_host,
                 remaining_s: placed.time_limit_s as f64,
             },
-            &slots,
+            placed.hosts,
         );
     }
 
@@ -470,7 +463,10 @@ impl Tally {
             .map_or(0, |(_, flat)| flat.mask)
     }
 
-    fn book(&mut self, b: &Booking<'_>, hosts: &[u32]) {
+    /// Books a job on `hosts` (by name). Host names are interned only for
+    /// groups that count distinct nodes: most sites have none, and this runs
+    /// for every running job each pass.
+    fn book<S: AsRef<str>>(&mut self, b: &Booking<'_>, hosts: &[S]) {
         let user = self.reg.users.intern(b.user);
         let qos = self.qos_id(b.qos);
         // Slurm books TRESRunMins with the job QOS's usage factor, also in
@@ -527,7 +523,8 @@ impl Tally {
             if !nodes {
                 continue;
             }
-            for &host in hosts {
+            for name in hosts {
+                let host = self.reg.hosts.intern(name.as_ref());
                 let count = self.occupied.entry((group, host)).or_insert(0);
                 *count += 1;
                 if *count == 1 {

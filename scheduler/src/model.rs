@@ -70,6 +70,15 @@ impl Resources {
         }
     }
 
+    pub fn component_max(self, other: Resources) -> Resources {
+        Resources {
+            cpus: self.cpus.max(other.cpus),
+            mem_mb: self.mem_mb.max(other.mem_mb),
+            gpus: self.gpus.max(other.gpus),
+            emu: self.emu.max(other.emu),
+        }
+    }
+
     pub fn is_zero(self) -> bool {
         self == Resources::default()
     }

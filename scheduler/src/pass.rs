@@ -342,13 +342,9 @@ const NO_ROOM_REMEMBERED_MAX: usize = 64;
 
 impl<'a> NoRoom<'a> {
     fn dominated(&self, partition: Option<&str>, shape: &Shape, duration_ms: Option<u64>) -> bool {
+        // The numeric tests first: they are cheap and fail most often.
         self.seen.iter().any(|e| {
-            e.partition == partition
-                && e.shape.exclusive == shape.exclusive
-                && e.shape.gpu_type == shape.gpu_type
-                && e.shape.emu_kind == shape.emu_kind
-                && e.shape.emu_group == shape.emu_group
-                && e.shape.features == shape.features
+            e.shape.exclusive == shape.exclusive
                 && e.shape.hosts_needed() <= shape.hosts_needed()
                 && e.shape.per_host.within(shape.per_host)
                 && match (e.duration_ms, duration_ms) {
@@ -356,6 +352,11 @@ impl<'a> NoRoom<'a> {
                     (None, Some(_)) => false,
                     (Some(a), Some(b)) => a <= b,
                 }
+                && e.partition == partition
+                && e.shape.gpu_type == shape.gpu_type
+                && e.shape.emu_kind == shape.emu_kind
+                && e.shape.emu_group == shape.emu_group
+                && e.shape.features == shape.features
         })
     }
 

@@ -4,10 +4,12 @@
 //! of hosts by free room now, so that finding room looks only at hosts of
 //! the right kind with enough free, never at every host per job.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::fit::{eligible, fits};
-use crate::model::{Host, HostState, Resources};
+use crate::fit::eligible;
+use crate::fxhash::FxMap;
+use crate::model::{EmulatorInventory, Host, HostState, Resources};
 use crate::pass::{need_on, Shape, Snapshot};
 use crate::profile::Profile;
 
@@ -36,8 +38,11 @@ impl HostClass {
 type EligibilityKey<'a> = (Option<&'a str>, &'a str, &'a str, &'a str, &'a [String]);
 
 pub(crate) struct Pool<'a> {
-    /// Up hosts, by name; `allocated` carries what this pass placed.
-    pub views: Vec<Host>,
+    /// Up hosts, by name, borrowed from the snapshot (a pass copies no
+    /// host).
+    hosts: Vec<&'a Host>,
+    /// By host: what is allocated now, this pass's placements included.
+    allocated: Vec<Resources>,
     profiles: Vec<Profile>,
     class_of: Vec<usize>,
     classes: Vec<HostClass>,
@@ -46,25 +51,53 @@ pub(crate) struct Pool<'a> {
     pub host_checks: u64,
 }
 
+/// What makes hosts one class, borrowed from the snapshot: totals, GPU
+/// model, emulator, features and partitions (the last two sorted, copied
+/// only when a host lists them out of order).
+type ClassKey<'a> = (
+    (u32, u64, u32, u32),
+    &'a str,
+    Option<&'a EmulatorInventory>,
+    Cow<'a, [String]>,
+    Cow<'a, [String]>,
+);
+
+fn sorted(names: &[String]) -> Cow<'_, [String]> {
+    if names.is_sorted() {
+        Cow::Borrowed(names)
+    } else {
+        let mut owned = names.to_vec();
+        owned.sort();
+        Cow::Owned(owned)
+    }
+}
+
+fn class_key(h: &Host) -> ClassKey<'_> {
+    let r = h.inventory.resources();
+    (
+        (r.cpus, r.mem_mb, r.gpus, r.emu),
+        h.inventory.gpu_type.as_str(),
+        h.inventory.emulator.as_ref(),
+        sorted(&h.features),
+        sorted(&h.partitions),
+    )
+}
+
 impl<'a> Pool<'a> {
-    pub fn new(snapshot: &Snapshot, now_ms: u64) -> Pool<'a> {
-        let mut views: Vec<Host> = snapshot
+    pub fn new(snapshot: &'a Snapshot, now_ms: u64) -> Pool<'a> {
+        let mut hosts: Vec<&'a Host> = snapshot
             .hosts
             .iter()
             .filter(|h| h.state == HostState::Up)
-            .cloned()
             .collect();
-        views.sort_by(|a, b| a.name.cmp(&b.name));
-        for v in &mut views {
-            v.partitions.sort();
-            v.features.sort();
-        }
-        let index: HashMap<&str, usize> = views
+        hosts.sort_by(|a, b| a.name.cmp(&b.name));
+        let allocated: Vec<Resources> = hosts.iter().map(|h| h.allocated).collect();
+        let index: FxMap<&str, usize> = hosts
             .iter()
             .enumerate()
             .map(|(i, h)| (h.name.as_str(), i))
             .collect();
-        let mut releases: Vec<Vec<(u64, Resources)>> = vec![Vec::new(); views.len()];
+        let mut releases: Vec<Vec<(u64, Resources)>> = vec![Vec::new(); hosts.len()];
         for job in &snapshot.running {
             let Some(end_ms) = job.end_ms else { continue };
             for host in &job.hosts {
@@ -73,30 +106,36 @@ impl<'a> Pool<'a> {
                 }
             }
         }
-        let profiles: Vec<Profile> = views
+        let profiles: Vec<Profile> = hosts
             .iter()
             .zip(releases)
             .map(|(h, r)| Profile::new(now_ms, h.free(), r))
             .collect();
         // Classes in a stable order: smaller hosts first, so that a job
-        // that fits on either kind takes the smaller one.
-        let mut by_key: BTreeMap<_, Vec<usize>> = BTreeMap::new();
-        for (i, h) in views.iter().enumerate() {
-            let r = h.inventory.resources();
-            let key = (
-                (r.cpus, r.mem_mb, r.gpus, r.emu),
-                h.inventory.gpu_type.clone(),
-                h.inventory.emulator.clone(),
-                h.features.clone(),
-                h.partitions.clone(),
-            );
-            by_key.entry(key).or_default().push(i);
+        // that fits on either kind takes the smaller one. Hosts of a kind
+        // mostly sit together, so runs of equal keys go into the map at
+        // once.
+        let mut by_key: BTreeMap<ClassKey<'a>, Vec<usize>> = BTreeMap::new();
+        let mut run: Option<(ClassKey<'a>, Vec<usize>)> = None;
+        for (i, h) in hosts.iter().enumerate() {
+            let key = class_key(h);
+            match &mut run {
+                Some((k, members)) if *k == key => members.push(i),
+                _ => {
+                    if let Some((k, members)) = run.replace((key, vec![i])) {
+                        by_key.entry(k).or_default().extend(members);
+                    }
+                }
+            }
         }
-        let mut class_of = vec![0; views.len()];
+        if let Some((k, members)) = run {
+            by_key.entry(k).or_default().extend(members);
+        }
+        let mut class_of = vec![0; hosts.len()];
         let mut classes = Vec::with_capacity(by_key.len());
         for (c, members) in by_key.into_values().enumerate() {
             let rep = members[0];
-            let total = views[rep].inventory.resources();
+            let total = hosts[rep].inventory.resources();
             let mut class = HostClass {
                 rep,
                 total,
@@ -112,7 +151,8 @@ impl<'a> Pool<'a> {
             classes.push(class);
         }
         Pool {
-            views,
+            hosts,
+            allocated,
             profiles,
             class_of,
             classes,
@@ -136,7 +176,7 @@ impl<'a> Pool<'a> {
             None => {
                 let found: Vec<usize> = (0..self.classes.len())
                     .filter(|&c| {
-                        eligible(&self.views[self.classes[c].rep], shape, partition).is_ok()
+                        eligible(self.hosts[self.classes[c].rep], shape, partition).is_ok()
                     })
                     .collect();
                 self.eligible_cache.entry(key).or_insert(found)
@@ -192,7 +232,12 @@ impl<'a> Pool<'a> {
                 if !self.profiles[i].holds(need, now_ms, duration_ms) {
                     continue;
                 }
-                if fits(&self.views[i], need).is_err() {
+                // `fits` on an up host: the check `apply` repeats.
+                let free_now = self.hosts[i]
+                    .inventory
+                    .resources()
+                    .saturating_sub(self.allocated[i]);
+                if !need.within(free_now) {
                     continue;
                 }
                 chosen.push(i);
@@ -221,7 +266,7 @@ impl<'a> Pool<'a> {
         let mut starts: Vec<(u64, usize, Resources)> = Vec::new();
         for &c in classes {
             for &i in &self.classes[c].members {
-                let Some(need) = need_on(&self.views[i], shape.per_host, shape.exclusive) else {
+                let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
                     continue;
                 };
                 self.host_checks += 1;
@@ -260,7 +305,7 @@ impl<'a> Pool<'a> {
         let until_ms = duration_ms.map(|d| from_ms.saturating_add(d));
         let mut first_need = Resources::default();
         for (n, &i) in hosts.iter().enumerate() {
-            let Some(need) = need_on(&self.views[i], shape.per_host, shape.exclusive) else {
+            let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
                 continue;
             };
             if n == 0 {
@@ -270,7 +315,7 @@ impl<'a> Pool<'a> {
             let before = class.key(self.profiles[i].free_now(), i);
             self.profiles[i].take(need, from_ms, until_ms);
             if from_ms <= now_ms {
-                self.views[i].allocated = self.views[i].allocated.saturating_add(need);
+                self.allocated[i] = self.allocated[i].saturating_add(need);
             }
             let after = class.key(self.profiles[i].free_now(), i);
             if before != after {
@@ -282,6 +327,6 @@ impl<'a> Pool<'a> {
     }
 
     pub fn names(&self, hosts: &[usize]) -> Vec<String> {
-        hosts.iter().map(|&i| self.views[i].name.clone()).collect()
+        hosts.iter().map(|&i| self.hosts[i].name.clone()).collect()
     }
 }

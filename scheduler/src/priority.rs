@@ -376,50 +376,66 @@ pub fn priorities(
     let mut partition_factor: FxMap<&str, Option<u32>> = FxMap::default();
 
     let mut out = Vec::with_capacity(snapshot.pending.len());
+    // Neighbouring jobs mostly share user, account, QOS and partitions (a
+    // trace replay: all of them); their looked-up inputs are reused.
+    let mut previous: Option<(&PendingJob, i64, Option<AccountInputs>, u32, u32)> = None;
     for job in &snapshot.pending {
-        let user_inputs = *users
-            .entry(job.user.as_str())
-            .or_insert_with(|| UserInputs {
-                priority: catalog.user(&job.user).map(|u| u.priority).unwrap_or(0),
-                default_account: account_inputs(
-                    catalog.account_of(&job.user, ""),
-                    catalog,
-                    fairshare,
-                ),
-            });
-        let user = user_inputs.priority;
-        let inputs = if job.account.is_empty() {
-            user_inputs.default_account
-        } else {
-            *accounts.entry(job.account.as_str()).or_insert_with(|| {
-                account_inputs(catalog.account(&job.account), catalog, fairshare)
-            })
-        };
-        let qos = if job.qos.is_empty() {
-            inputs.map_or(normal_qos_priority, |i| i.default_qos_priority)
-        } else {
-            *qos_priorities
-                .entry(job.qos.as_str())
-                .or_insert_with(|| qos_priority(catalog, &job.qos))
-        };
-        let partition = match job.partitions.first() {
-            None => default_partition_factor,
-            Some(first) => {
-                let cached = *partition_factor
-                    .entry(first.as_str())
-                    .or_insert_with(|| catalog.partition(first).map(|p| p.priority_job_factor));
-                // An unknown first name is rare (the pass reports it); the
-                // next known one stands in without caching.
-                cached.or_else(|| {
-                    job.partitions
-                        .iter()
-                        .skip(1)
-                        .find_map(|p| catalog.partition(p))
-                        .map(|p| p.priority_job_factor)
-                })
+        let same_as_previous = previous.filter(|(p, ..)| {
+            same_str(&p.user, &job.user)
+                && same_str(&p.account, &job.account)
+                && same_str(&p.qos, &job.qos)
+                && p.partitions == job.partitions
+        });
+        let (user, inputs, qos, partition) = match same_as_previous {
+            Some((_, user, inputs, qos, partition)) => (user, inputs, qos, partition),
+            None => {
+                let user_inputs = *users
+                    .entry(job.user.as_str())
+                    .or_insert_with(|| UserInputs {
+                        priority: catalog.user(&job.user).map(|u| u.priority).unwrap_or(0),
+                        default_account: account_inputs(
+                            catalog.account_of(&job.user, ""),
+                            catalog,
+                            fairshare,
+                        ),
+                    });
+                let user = user_inputs.priority;
+                let inputs = if job.account.is_empty() {
+                    user_inputs.default_account
+                } else {
+                    *accounts.entry(job.account.as_str()).or_insert_with(|| {
+                        account_inputs(catalog.account(&job.account), catalog, fairshare)
+                    })
+                };
+                let qos = if job.qos.is_empty() {
+                    inputs.map_or(normal_qos_priority, |i| i.default_qos_priority)
+                } else {
+                    *qos_priorities
+                        .entry(job.qos.as_str())
+                        .or_insert_with(|| qos_priority(catalog, &job.qos))
+                };
+                let partition = match job.partitions.first() {
+                    None => default_partition_factor,
+                    Some(first) => {
+                        let cached = *partition_factor.entry(first.as_str()).or_insert_with(|| {
+                            catalog.partition(first).map(|p| p.priority_job_factor)
+                        });
+                        // An unknown first name is rare (the pass reports it); the
+                        // next known one stands in without caching.
+                        cached.or_else(|| {
+                            job.partitions
+                                .iter()
+                                .skip(1)
+                                .find_map(|p| catalog.partition(p))
+                                .map(|p| p.priority_job_factor)
+                        })
+                    }
+                }
+                .unwrap_or(0);
+                previous = Some((job, user, inputs, qos, partition));
+                (user, inputs, qos, partition)
             }
-        }
-        .unwrap_or(0);
+        };
 
         let account_priority = inputs.map(|i| i.priority).unwrap_or(0);
         let eligible_ms = job.submit_ms.max(job.begin_ms);
@@ -522,6 +538,13 @@ fn assoc_priority_max(snapshot: &Snapshot, catalog: &Catalog) -> i64 {
         .unwrap_or(0)
 }
 
+/// String equality that settles empty strings (the common case in a trace
+/// replay) without calling `memcmp`, which costs more than the rest of the
+/// per-job work on a long queue.
+fn same_str(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
 /// An f64 as bits that sort the way [`f64::total_cmp`] does.
 fn total_order_bits(value: f64) -> u64 {
     let bits = value.to_bits();
@@ -553,11 +576,19 @@ pub fn queue_order(
     };
     let mut by_account: FxMap<&str, u64> = FxMap::default();
     let mut by_user_default: FxMap<&str, u64> = FxMap::default();
+    let mut previous: Option<(&PendingJob, u64)> = None;
     let mut keys: Vec<(Reverse<i64>, u64, u64, JobId, usize)> = pending
         .iter()
         .enumerate()
         .map(|(index, job)| {
-            let served = if job.account.is_empty() {
+            // Neighbours mostly share user and account: reuse the lookup.
+            let reuse = previous.filter(|(p, _): &(&PendingJob, u64)| {
+                same_str(&p.account, &job.account)
+                    && (!job.account.is_empty() || same_str(&p.user, &job.user))
+            });
+            let served = if let Some((_, served)) = reuse {
+                served
+            } else if job.account.is_empty() {
                 *by_user_default
                     .entry(job.user.as_str())
                     .or_insert_with(|| served_of(catalog.account_of(&job.user, "")))
@@ -566,6 +597,7 @@ pub fn queue_order(
                     .entry(job.account.as_str())
                     .or_insert_with(|| served_of(catalog.account(&job.account)))
             };
+            previous = Some((job, served));
             // A job without a breakdown (a caller's mismatch) sorts last
             // rather than panicking the pass.
             let total = breakdowns.get(index).map(|b| b.total).unwrap_or(i64::MIN);

@@ -4,8 +4,9 @@
 use berth_scheduler::sim::run_scenario;
 
 macro_rules! scenario {
-    ($test:ident, $name:literal) => {
+    ($(#[$attr:meta])* $test:ident, $name:literal) => {
         #[test]
+        $(#[$attr])*
         fn $test() {
             let toml = include_str!(concat!("scenarios/", $name, ".toml"));
             let expected = include_str!(concat!("scenarios/", $name, ".jsonl"));
@@ -49,6 +50,44 @@ scenario!(
     partition_max_time_is_default_and_ceiling,
     "partition-limits"
 );
+scenario!(qos_node_limit_waits_without_blocking, "qos-grp-node");
+scenario!(qos_gpu_limit_counts_gpus_in_use, "qos-grp-gpu");
+scenario!(
+    parent_account_cpu_limit_holds_its_children,
+    "assoc-parent-cpu"
+);
+scenario!(grp_jobs_and_max_jobs_per_user, "grp-jobs-per-user");
+scenario!(
+    max_wall_and_limits_never_met_wait_for_good,
+    "max-wall-never"
+);
+scenario!(deny_on_limit_rejects_at_submit, "deny-on-limit");
+scenario!(
+    partition_qos_comes_first_unless_over_part_qos,
+    "partition-qos"
+);
+scenario!(qos_account_user_and_age_order_the_queue, "priority-factors");
+scenario!(nice_lowers_and_raises_within_max_priority, "nice");
+scenario!(the_account_that_used_less_goes_first, "fairshare");
+scenario!(least_served_account_breaks_priority_ties, "least-served");
+scenario!(afterok_afternotok_afterany_singleton, "dependencies");
+scenario!(array_max_limits_running_tasks, "array-max");
+scenario!(begin_time_and_hold_release, "begin-hold");
+scenario!(gpu_type_and_emulators_choose_hosts, "gpu-type-emulators");
+scenario!(first_alternative_that_fits_now_wins, "alternatives");
+scenario!(
+    first_partition_that_can_run_the_job_wins,
+    "several-partitions"
+);
+scenario!(
+    set_priority_and_modify_qos_events,
+    "set-priority-modify-qos"
+);
+scenario!(host_down_ends_its_jobs_node_fail, "host-down");
+scenario!(grp_tres_mins_with_and_without_decay, "grp-tres-mins");
+scenario!(no_reservation_beyond_the_backfill_window, "bf-window");
+scenario!(bf_max_job_test_bounds_backfill_tries, "bf-max-job-test");
+scenario!(max_jobs_per_pass_bounds_a_pass, "max-jobs-per-pass");
 
 fn error_of(toml: &str) -> String {
     match run_scenario(toml, "s.toml") {

@@ -5,11 +5,13 @@
 use super::output;
 use anyhow::{bail, Context as _, Result};
 use berth_scheduler::sim::bench::{bench_snapshot, BenchReport, BENCH_NOW_MS};
+use berth_scheduler::sim::plot::timeline_svg;
 use berth_scheduler::sim::run_scenario;
-use berth_scheduler::sim::swf::{run_swf, summary_line, SwfOptions};
+use berth_scheduler::sim::swf::{run_swf_with, summary_line, SwfOptions};
+use berth_scheduler::sim::Progress;
 use berth_scheduler::{schedule, Policy};
 use clap::{Args, Subcommand, ValueEnum};
-use std::io::Read;
+use std::io::{IsTerminal as _, Read, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -58,6 +60,9 @@ pub struct SwfArgs {
     /// Replay only the first K jobs
     #[arg(long, value_name = "K")]
     pub max_jobs: Option<usize>,
+    /// Write utilization and queue length over time as an SVG
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -89,9 +94,17 @@ pub fn run(command: SimCommand) -> Result<ExitCode> {
                 backfill: args.policy == SwfPolicy::Easy,
                 max_jobs: args.max_jobs,
             };
+            let file = args.trace.display().to_string();
+            let mut bar = ProgressBar::new(std::io::stderr().is_terminal());
             let started = Instant::now();
-            let replay = run_swf(&text, &args.trace.display().to_string(), &options)?;
+            let replay = run_swf_with(&text, &file, &options, &mut |p| bar.update(p))?;
             let wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            bar.finish();
+            if let Some(path) = &args.plot {
+                let title = format!("{file} ({:?})", args.policy).to_lowercase();
+                std::fs::write(path, timeline_svg(&replay.timeline, &title))
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+            }
             output::emit(&format!("{}\n", summary_line(&replay, wall_ms)?))?;
         }
         SimCommand::BenchPass(args) => {
@@ -119,6 +132,67 @@ pub fn run(command: SimCommand) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A one-line progress bar on stderr, drawn only when stderr is a
+/// terminal and at most every `PROGRESS_REDRAW_MS`, so that it costs the
+/// replay nothing measurable.
+struct ProgressBar {
+    enabled: bool,
+    last_draw: Option<Instant>,
+    drawn: bool,
+}
+
+const PROGRESS_REDRAW_MS: u128 = 100;
+const PROGRESS_BAR_CELLS: usize = 40;
+
+impl ProgressBar {
+    fn new(enabled: bool) -> ProgressBar {
+        ProgressBar {
+            enabled,
+            last_draw: None,
+            drawn: false,
+        }
+    }
+
+    fn update(&mut self, p: Progress) {
+        if !self.enabled {
+            return;
+        }
+        if self
+            .last_draw
+            .is_some_and(|t| t.elapsed().as_millis() < PROGRESS_REDRAW_MS)
+        {
+            return;
+        }
+        self.last_draw = Some(Instant::now());
+        let fraction = if p.jobs_total == 0 {
+            1.0
+        } else {
+            p.jobs_submitted as f64 / p.jobs_total as f64
+        };
+        let filled = ((fraction * PROGRESS_BAR_CELLS as f64) as usize).min(PROGRESS_BAR_CELLS);
+        let mut err = std::io::stderr().lock();
+        // A failed draw only loses the bar, never the replay.
+        let _ = write!(
+            err,
+            "\r[{}{}] {:>3.0}% {}/{} jobs submitted, day {}",
+            "#".repeat(filled),
+            " ".repeat(PROGRESS_BAR_CELLS - filled),
+            fraction * 100.0,
+            p.jobs_submitted,
+            p.jobs_total,
+            p.t_s / 86_400
+        );
+        let _ = err.flush();
+        self.drawn = true;
+    }
+
+    fn finish(&mut self) {
+        if self.drawn {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
 }
 
 /// The file's text; gzip (by its magic bytes) is decompressed first.

@@ -103,11 +103,64 @@ pub struct SimStats {
     pub passes: u64,
 }
 
-/// What a run produced: JSON lines (empty unless `emit_events`) and stats.
+/// What a run produced: JSON lines (empty unless `emit_events`), stats,
+/// and a down-sampled timeline.
 #[derive(Debug, Clone)]
 pub struct SimOutput {
     pub lines: String,
     pub stats: SimStats,
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// The cluster at one instant: for `--plot`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimelinePoint {
+    pub t_s: u64,
+    /// Allocated CPUs over all hosts' CPUs, after the instant's pass.
+    pub utilization: f64,
+    /// Jobs pending after the pass.
+    pub pending_jobs: usize,
+}
+
+/// Most timeline points kept: when full, every other point is dropped and
+/// the sampling stride doubles, so a run of any length keeps an even
+/// spread of at most this many.
+pub const TIMELINE_POINTS_MAX: usize = 2_048;
+
+/// How far a run has got, handed to the caller's observer after each
+/// instant (the crate has no clock; the caller decides when to draw).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub t_s: u64,
+    /// Submits handled so far, of `jobs_total`.
+    pub jobs_submitted: usize,
+    pub jobs_total: usize,
+}
+
+/// Bounded timeline: a point at most every `stride_s` of virtual time.
+struct Timeline {
+    points: Vec<TimelinePoint>,
+    stride_s: u64,
+    next_s: u64,
+}
+
+impl Timeline {
+    fn wants(&self, t_s: u64) -> bool {
+        t_s >= self.next_s
+    }
+
+    fn push(&mut self, point: TimelinePoint) {
+        if self.points.len() == TIMELINE_POINTS_MAX {
+            let mut keep = false;
+            self.points.retain(|_| {
+                keep = !keep;
+                keep
+            });
+            self.stride_s = self.stride_s.saturating_mul(2).max(1);
+        }
+        self.next_s = point.t_s.saturating_add(self.stride_s);
+        self.points.push(point);
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -449,6 +502,12 @@ impl Engine<'_> {
                 "plan starts job {id} that is not pending"
             )));
         }
+        // Reasons only make lines; a trace replay writes none.
+        let queue = if self.input.emit_events {
+            queue
+        } else {
+            Vec::new()
+        };
         for (id, idx) in queue {
             if !self.pending.contains(&(id, idx)) {
                 continue;
@@ -474,6 +533,31 @@ impl Engine<'_> {
 }
 
 impl Engine<'_> {
+    /// A necessary condition for any start now: some pending job has, on
+    /// one of its paths, enough up hosts whose free CPUs cover its per-host
+    /// ask, and its ask is within the most any up host has free (idle
+    /// hosts only, for an exclusive job). False means a pass would start
+    /// nothing. Costs one sort of the hosts and a binary search per job.
+    fn some_job_may_fit(&self) -> bool {
+        let up = || self.hosts.iter().filter(|h| h.state == HostState::Up);
+        // Free CPUs of every up host, most first.
+        let mut free_cpus: Vec<u32> = up().map(|h| h.free().cpus).collect();
+        free_cpus.sort_unstable_by(|a, b| b.cmp(a));
+        let most_free = up().fold(Resources::default(), |m, h| m.component_max(h.free()));
+        let idle = up().filter(|h| h.allocated.is_zero()).count();
+        self.pending.iter().any(|&(_, idx)| {
+            self.input.jobs[idx].spec.paths().iter().any(|shape| {
+                let wanted = shape.hosts_needed();
+                if shape.exclusive {
+                    return idle >= wanted;
+                }
+                let need = shape.per_host;
+                let roomy = free_cpus.partition_point(|&c| c >= need.cpus);
+                roomy >= wanted && need.within(most_free)
+            })
+        })
+    }
+
     /// Why the job's dependencies hold it, if they do.
     fn dependency_reason(&self, idx: usize, spec: &DependencySpec) -> Option<Reason> {
         let state_of = |j: JobId| -> Option<JobState> {
@@ -673,6 +757,24 @@ impl Engine<'_> {
 
 /// Runs the simulation to its end (no more work, or `until_s`).
 pub fn simulate(input: &SimInput) -> Result<SimOutput, SimError> {
+    simulate_with(input, &mut |_| {})
+}
+
+/// [`simulate`], calling `observe` after each instant (a progress bar).
+pub fn simulate_with(
+    input: &SimInput,
+    observe: &mut dyn FnMut(Progress),
+) -> Result<SimOutput, SimError> {
+    let total_cpus: u64 = input
+        .hosts
+        .iter()
+        .map(|h| u64::from(h.inventory.cpus))
+        .sum();
+    let mut timeline = Timeline {
+        points: Vec::new(),
+        stride_s: 0,
+        next_s: 0,
+    };
     let mut engine = Engine {
         input,
         world: input.world.clone(),
@@ -710,6 +812,17 @@ pub fn simulate(input: &SimInput) -> Result<SimOutput, SimError> {
     let mut events: Vec<usize> = (0..input.events.len()).collect();
     events.sort_by_key(|&i| (input.events[i].at_s, i));
     let (mut next_submit, mut next_event) = (0usize, 0usize);
+    // Begin times (`--begin`) are instants too: a job held only by its
+    // begin time must be looked at when that time comes.
+    let mut begins: Vec<u64> = input
+        .jobs
+        .iter()
+        .map(|j| j.spec.begin_ms.div_ceil(1000))
+        .filter(|&b| b > 0)
+        .collect();
+    begins.sort_unstable();
+    begins.dedup();
+    let mut next_begin = 0usize;
     let mut passes = 0u64;
 
     // Each turn handles at least the submit, event or end that set `t_s`,
@@ -719,6 +832,7 @@ pub fn simulate(input: &SimInput) -> Result<SimOutput, SimError> {
             submits.get(next_submit).map(|&i| input.jobs[i].submit_s),
             events.get(next_event).map(|&i| input.events[i].at_s),
             engine.ends.peek().map(|Reverse(e)| e.0),
+            begins.get(next_begin).copied(),
         ];
         let Some(t_s) = candidates.into_iter().flatten().min() else {
             break;
@@ -726,6 +840,12 @@ pub fn simulate(input: &SimInput) -> Result<SimOutput, SimError> {
         if input.until_s.is_some_and(|u| t_s > u) {
             break;
         }
+        while begins.get(next_begin).is_some_and(|&b| b <= t_s) {
+            next_begin += 1;
+        }
+        // Usage up to this instant, before jobs ending now leave the
+        // running set: their last interval counts too.
+        engine.accrue_usage(t_s);
         while let Some(&Reverse((end_s, _, idx))) = engine.ends.peek() {
             if end_s != t_s {
                 break;
@@ -758,15 +878,42 @@ pub fn simulate(input: &SimInput) -> Result<SimOutput, SimError> {
             next_event += 1;
             engine.act(&event.action, t_s)?;
         }
-        engine.accrue_usage(t_s);
-        engine.pass(t_s)?;
+        // Without event lines a pass is observable only through its
+        // starts, so an instant where no pending job could find room on
+        // any up hosts (even ignoring reservations and limits) needs none.
+        // It still counts: the pass's outcome is known, not skipped.
+        if input.emit_events || engine.some_job_may_fit() {
+            engine.pass(t_s)?;
+        }
         passes += 1;
+        if timeline.wants(t_s) {
+            let busy_cpus: u64 = engine
+                .hosts
+                .iter()
+                .map(|h| u64::from(h.allocated.cpus))
+                .sum();
+            timeline.push(TimelinePoint {
+                t_s,
+                utilization: if total_cpus == 0 {
+                    0.0
+                } else {
+                    busy_cpus as f64 / total_cpus as f64
+                },
+                pending_jobs: engine.pending.len(),
+            });
+        }
+        observe(Progress {
+            t_s,
+            jobs_submitted: next_submit,
+            jobs_total: input.jobs.len(),
+        });
     }
 
     let stats = stats_of(&engine, input, passes);
     Ok(SimOutput {
         lines: engine.lines,
         stats,
+        timeline: timeline.points,
     })
 }
 

@@ -10,12 +10,16 @@
 pub mod bench;
 pub mod engine;
 pub mod hostlist;
+pub mod plot;
 pub mod scenario;
 pub mod swf;
 
 use serde::Serialize;
 
-pub use engine::{simulate, SimAction, SimEvent, SimInput, SimJob, SimOutput, SimStats};
+pub use engine::{
+    simulate, simulate_with, Progress, SimAction, SimEvent, SimInput, SimJob, SimOutput, SimStats,
+    TimelinePoint,
+};
 pub use scenario::{parse_scenario, Scenario};
 
 /// Why a simulation could not run. Each names the file and what was wrong.

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::engine::{simulate, SimInput, SimJob, SimStats};
+use super::engine::{simulate_with, Progress, SimInput, SimJob, SimStats, TimelinePoint};
 use super::SimError;
 use crate::model::{Host, Inventory, Resources};
 use crate::pass::{PendingJob, Policy, Shape, Snapshot};
@@ -36,10 +36,27 @@ pub struct SwfRun {
     /// Job lines left out: no run time, no processors, or more processors
     /// than the cluster has.
     pub skipped: usize,
+    /// What the trace's own scheduler did for the same jobs, from their
+    /// recorded waits (field 3; jobs recording none, -1, are left out):
+    /// mean wait and mean bounded slowdown over the recorded run times.
+    pub recorded_mean_wait_s: f64,
+    pub recorded_mean_bsld: f64,
+    /// Utilization and queue length over time, down-sampled (`--plot`).
+    pub timeline: Vec<TimelinePoint>,
 }
 
 /// Parses `text` (an SWF trace; `file` names it in errors) and replays it.
 pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, SimError> {
+    run_swf_with(text, file, options, &mut |_| {})
+}
+
+/// [`run_swf`], calling `observe` after each simulated instant.
+pub fn run_swf_with(
+    text: &str,
+    file: &str,
+    options: &SwfOptions,
+    observe: &mut dyn FnMut(Progress),
+) -> Result<SwfRun, SimError> {
     let line_err = |line: usize, expected: String| SimError::Line {
         file: file.to_string(),
         line,
@@ -53,8 +70,9 @@ pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, S
         });
     }
     let mut max_procs: Option<u64> = None;
-    // (line number, submit, run, procs, requested time)
-    let mut raw: Vec<(usize, u64, u64, u64, u64)> = Vec::new();
+    // (line number, submit, run, procs, requested time, recorded wait or
+    // -1 when the trace has none)
+    let mut raw: Vec<(usize, u64, u64, u64, u64, i64)> = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line_no = n + 1;
         let line = line.trim();
@@ -95,15 +113,15 @@ pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, S
                 })
                 .ok_or_else(|| line_err(line_no, format!("a number in field {}, not {f:?}", i + 1)))
         };
-        let (submit, run, alloc, req_procs, req_time) =
-            (num(1)?, num(3)?, num(4)?, num(7)?, num(8)?);
+        let (submit, wait, run, alloc, req_procs, req_time) =
+            (num(1)?, num(2)?, num(3)?, num(4)?, num(7)?, num(8)?);
         let procs = if alloc > 0 { alloc } else { req_procs };
         if submit < 0 {
             return Err(line_err(line_no, "a submit time (field 2) >= 0".into()));
         }
         // No run time or no processors: nothing to replay.
         if run <= 0 || procs <= 0 {
-            raw.push((line_no, 0, 0, 0, 0));
+            raw.push((line_no, 0, 0, 0, 0, -1));
             continue;
         }
         raw.push((
@@ -112,6 +130,7 @@ pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, S
             run as u64,
             procs as u64,
             req_time.max(0) as u64,
+            wait.max(-1),
         ));
     }
     let hosts_n = match options.hosts {
@@ -135,7 +154,8 @@ pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, S
     let c = u64::from(options.cpus_per_node);
     let mut jobs = Vec::new();
     let mut skipped = 0usize;
-    for (line_no, submit, run, procs, req_time) in raw {
+    let (mut recorded_wait_s, mut recorded_bsld, mut recorded_n) = (0.0f64, 0.0f64, 0u64);
+    for (line_no, submit, run, procs, req_time, wait) in raw {
         if options.max_jobs.is_some_and(|k| jobs.len() >= k) {
             break;
         }
@@ -146,6 +166,12 @@ pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, S
         }
         let cpus = u32::try_from(procs.div_ceil(nodes)).unwrap_or(u32::MAX);
         let limit = if req_time > 0 { req_time } else { run };
+        if wait >= 0 {
+            let wait_s = wait as f64;
+            recorded_wait_s += wait_s;
+            recorded_bsld += ((wait_s + run as f64) / run.max(10) as f64).max(1.0);
+            recorded_n += 1;
+        }
         jobs.push(SimJob {
             name: line_no.to_string(),
             submit_s: submit,
@@ -185,11 +211,21 @@ pub fn run_swf(text: &str, file: &str, options: &SwfOptions) -> Result<SwfRun, S
         until_s: None,
         emit_events: false,
     };
-    let output = simulate(&input)?;
+    let output = simulate_with(&input, observe)?;
+    let per_job = |sum: f64| {
+        if recorded_n == 0 {
+            0.0
+        } else {
+            super::engine::round6(sum / recorded_n as f64)
+        }
+    };
     Ok(SwfRun {
         stats: output.stats,
         hosts: hosts_n,
         skipped,
+        recorded_mean_wait_s: per_job(recorded_wait_s),
+        recorded_mean_bsld: per_job(recorded_bsld),
+        timeline: output.timeline,
     })
 }
 
@@ -206,6 +242,8 @@ struct SwfSummary {
     passes: u64,
     hosts: u32,
     skipped: usize,
+    recorded_mean_wait_s: f64,
+    recorded_mean_bsld: f64,
 }
 
 /// The one summary line `berth sim swf` prints; `sim_wall_ms` is measured
@@ -224,6 +262,8 @@ pub fn summary_line(run: &SwfRun, sim_wall_ms: u64) -> Result<String, SimError> 
         passes: s.passes,
         hosts: run.hosts,
         skipped: run.skipped,
+        recorded_mean_wait_s: run.recorded_mean_wait_s,
+        recorded_mean_bsld: run.recorded_mean_bsld,
     })
     .map_err(|e| SimError::Internal(e.to_string()))
 }
@@ -262,6 +302,22 @@ mod tests {
         // busy), and at 100 it would delay job 2: the same schedule.
         let easy = run_swf(TRACE, "t.swf", &opts(true)).unwrap();
         assert_eq!(easy.stats.mean_wait_s, fcfs.stats.mean_wait_s);
+        // The trace records no waits (-1): nothing to compare with.
+        assert_eq!(easy.recorded_mean_wait_s, 0.0);
+    }
+
+    #[test]
+    fn recorded_waits_give_the_production_figures() {
+        // Waits 0 and 20 recorded; runs 100 and 5 (bounded at 10):
+        // bsld 1 and (20 + 5) / 10 = 2.5.
+        let trace = "; MaxProcs: 4\n\
+            1 0 0 100 4 -1 -1 4 100 -1 1 1 1 -1 1 1 -1 -1\n\
+            2 10 20 5 1 -1 -1 1 50 -1 1 1 1 -1 1 1 -1 -1\n";
+        let run = run_swf(trace, "t.swf", &opts(true)).unwrap();
+        assert_eq!(run.recorded_mean_wait_s, 10.0);
+        assert_eq!(run.recorded_mean_bsld, 1.75);
+        let line = summary_line(&run, 0).unwrap();
+        assert!(line.contains("\"recorded_mean_wait_s\":10.0"), "{line}");
     }
 
     fn round3(x: f64) -> f64 {
