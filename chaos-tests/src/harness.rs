@@ -62,7 +62,7 @@ fn binary(dir: &Path, name: &str) -> Result<PathBuf, HarnessError> {
 
 /// A command whose process gets SIGKILL if the one that started it dies, so
 /// a crashed or killed test never leaves a cluster behind.
-fn command(program: &Path) -> Command {
+pub(crate) fn command(program: &Path) -> Command {
     let mut cmd = Command::new(program);
     // SAFETY: prctl is async-signal-safe and touches no memory of ours.
     unsafe {
@@ -87,7 +87,7 @@ static NEXT_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::n
 /// A loopback port that is free now. Candidates are spread by process id
 /// so parallel test processes rarely try the same ones, and each is checked
 /// by binding it.
-fn free_port() -> Result<u16, HarnessError> {
+pub fn free_port() -> Result<u16, HarnessError> {
     let base = std::process::id().wrapping_mul(7_919);
     for _ in 0..PORT_ATTEMPTS_MAX {
         let n = NEXT_PORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

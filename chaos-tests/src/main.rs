@@ -8,6 +8,10 @@
 //! `berth-drill snapshot-transfer --jobs N` restores an N-job state on node
 //! 1, adds an empty node 2 as a learner and checks that the chunked Raft
 //! snapshot brings it to an identical state (see `snapshot_transfer`).
+//!
+//! `berth-drill bench raft-writes` measures acknowledged submits per second
+//! and their latency on a 3-node cluster next to a 3-member etcd (see
+//! `bench`).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -49,6 +53,37 @@ enum Drill {
         #[arg(long, default_value_t = 900)]
         catch_up_deadline_s: u64,
         /// Directory for the stores and logs (default: a temp dir).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Benchmarks against a reference system, measured in the same run.
+    Bench {
+        #[command(subcommand)]
+        bench: Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Acknowledged submits/s and p50/p99 latency on a 3-node Berth cluster
+    /// next to etcd puts/s on a 3-member etcd, per client concurrency.
+    RaftWrites {
+        /// Concurrent clients per level, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,64,256")]
+        clients: Vec<usize>,
+        /// Measured seconds per level and system.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// Seconds run before measuring, per level and system.
+        #[arg(long, default_value_t = 3)]
+        warmup_seconds: u64,
+        /// Where requests go: round-robin over every member, or the leader.
+        #[arg(long, value_enum, default_value_t = berth_chaos::bench::Target::Any)]
+        to: berth_chaos::bench::Target,
+        /// Run Berth alone (no etcd), e.g. while profiling it.
+        #[arg(long)]
+        berth_only: bool,
+        /// Directory for both clusters' data and logs (default: a temp dir).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -96,6 +131,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .await?;
             println!("{report}");
             Ok(())
+        }
+        Drill::Bench {
+            bench:
+                Bench::RaftWrites {
+                    clients,
+                    seconds,
+                    warmup_seconds,
+                    to,
+                    berth_only,
+                    dir,
+                },
+        } => {
+            berth_chaos::bench::raft_writes(&berth_chaos::bench::BenchOptions {
+                clients,
+                seconds,
+                warmup_seconds,
+                target: to,
+                dir,
+                berth_only,
+            })
+            .await
         }
     }
 }
