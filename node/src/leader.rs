@@ -88,6 +88,14 @@ impl HostLiveness {
     }
 }
 
+/// After a pass that took `d`, the loop rests `PASS_REST_FACTOR × d` before
+/// the next, so a storm of submits (each one wakes the loop) cannot keep
+/// the leader's cores busy with back-to-back passes over a growing queue:
+/// passes take at most 1/(1 + factor) of a core. A wake-up during the rest
+/// is kept, so the pass after it still sees every submit; on an idle
+/// cluster a pass takes about a millisecond, so a job still starts at once.
+const PASS_REST_FACTOR: u32 = 3;
+
 /// Runs scheduling passes while this node is leader: on every tick and
 /// whenever `pass_notify` fires. Ends when `shutdown` turns true.
 pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
@@ -122,9 +130,14 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
         }
         was_leader = is_leader;
         if is_leader {
+            let started = Instant::now();
             fail_silent_hosts(&node).await;
             enforce_time_limits(&node).await;
             run_pass(&node, &policy).await;
+            tokio::select! {
+                _ = tokio::time::sleep(started.elapsed() * PASS_REST_FACTOR) => {}
+                _ = shutdown.changed() => return,
+            }
         }
     }
 }

@@ -24,8 +24,9 @@ pub enum JobAction {
 /// Version of the command encoding this build writes and understands. A node
 /// that meets a higher version refuses to apply it (and stops) rather than
 /// misapplying it. History: 1 = the foundation's commands; 2 = adds
-/// `SetPolicy` (a version-1 node must not skip a policy change silently).
-pub const COMMAND_VERSION: u32 = 2;
+/// `SetPolicy` (a version-1 node must not skip a policy change silently);
+/// 3 = adds `Batch` (a version-2 node cannot read one).
+pub const COMMAND_VERSION: u32 = 3;
 
 /// One Raft log payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -119,6 +120,11 @@ pub enum Command {
         launch_error: String,
         now_ms: u64,
     },
+    /// Commands proposed concurrently on the leader, carried by one log
+    /// entry so they share one log write and its fsync; applied in order,
+    /// each as if it were its own entry, answered by `Response::Batch` in
+    /// the same order. Never nested. Added in command version 3.
+    Batch { commands: Vec<Command> },
 }
 
 impl Command {
@@ -136,6 +142,11 @@ impl Command {
             | Command::JobExited { now_ms, .. }
             | Command::SetPolicy { now_ms, .. }
             | Command::ControlJob { now_ms, .. } => *now_ms = now,
+            Command::Batch { commands } => {
+                for command in commands {
+                    command.stamp(now);
+                }
+            }
         }
     }
 
@@ -151,6 +162,7 @@ impl Command {
             Command::HostsSilent { .. } => "HostsSilent",
             Command::JobStarted { .. } => "JobStarted",
             Command::JobExited { .. } => "JobExited",
+            Command::Batch { .. } => "Batch",
         }
     }
 }
@@ -192,4 +204,76 @@ pub enum Response {
     Rejected {
         reason: String,
     },
+    /// A `Command::Batch`'s answers, one per command, in order.
+    Batch {
+        responses: Vec<Response>,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Dirty, SmState};
+
+    fn submit(request_id: &str) -> Command {
+        Command::SubmitJob {
+            request_id: request_id.into(),
+            spec: JobSpec {
+                user: "alice".into(),
+                command: "true".into(),
+                ..JobSpec::default()
+            },
+            now_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_batch_applies_each_command_in_order_and_refuses_nesting() {
+        let mut batch = Command::Batch {
+            commands: vec![
+                submit("a"),
+                submit("b"),
+                submit("a"),
+                Command::Batch {
+                    commands: vec![submit("c")],
+                },
+            ],
+        };
+        batch.stamp(5_000);
+        let Command::Batch { commands } = &batch else {
+            unreachable!()
+        };
+        assert!(commands.iter().all(|c| match c {
+            Command::SubmitJob { now_ms, .. } => *now_ms == 5_000,
+            _ => true,
+        }));
+        let mut state = SmState::default();
+        let mut dirty = Dirty::default();
+        let Response::Batch { responses } = state.apply(&batch, &mut dirty) else {
+            panic!("a batch answers a batch");
+        };
+        assert_eq!(responses.len(), 4);
+        let Response::Submitted {
+            job_id: first,
+            duplicate: false,
+        } = responses[0]
+        else {
+            panic!("{:?}", responses[0]);
+        };
+        assert!(
+            matches!(responses[1], Response::Submitted { job_id, duplicate: false } if job_id > first)
+        );
+        assert_eq!(
+            responses[2],
+            Response::Submitted {
+                job_id: first,
+                duplicate: true
+            }
+        );
+        assert!(matches!(responses[3], Response::Rejected { .. }));
+        // The same batch applied to another replica gives the same answers.
+        let mut other = SmState::default();
+        let again = other.apply(&batch, &mut Dirty::default());
+        assert_eq!(again, Response::Batch { responses });
+    }
 }

@@ -357,6 +357,19 @@ impl SmState {
                 *now_ms,
                 dirty,
             ),
+            // Each command as if it were its own entry; a nested batch is
+            // refused (the leader never makes one), so apply stays shallow.
+            Command::Batch { commands } => Response::Batch {
+                responses: commands
+                    .iter()
+                    .map(|command| match command {
+                        Command::Batch { .. } => Response::Rejected {
+                            reason: "a batch may not contain a batch".into(),
+                        },
+                        command => self.apply(command, dirty),
+                    })
+                    .collect(),
+            },
         }
     }
 
