@@ -284,6 +284,9 @@ impl LocalCluster {
         let berthd = self.berthd.clone();
         let node = self.node_mut(id)?;
         let child = command(&berthd)
+            // berthd reads BERTH_* variables as config keys and refuses
+            // unknown ones: the harness's own BERTH_BIN_DIR is not one.
+            .env_remove("BERTH_BIN_DIR")
             .arg("--config")
             .arg(&node.config_path)
             .stdin(Stdio::null())
