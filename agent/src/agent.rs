@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
-use crate::inventory::{self, InventoryError};
+use crate::inventory::{Discoverer, HostReport, InventoryError};
 use crate::outbox::{Outbox, OUTBOX_CAPACITY_REPORTS};
 use crate::procgroup;
 use crate::runner::LaunchContext;
@@ -25,6 +25,41 @@ pub const DELIVERED_QUEUE_LEN: usize = 1_024;
 pub enum AgentError {
     #[error("host inventory: {0}")]
     Inventory(InventoryError),
+    #[error("{0}")]
+    StateDir(crate::statedir::StateDirError),
+}
+
+/// What launching jobs needs: the state directory (opened, so a bad one
+/// stops the agent here), the cgroup setup (decided once, with one log
+/// line) and the job shim.
+fn launch_context(config: &Config) -> Result<LaunchContext, AgentError> {
+    let state =
+        crate::statedir::StateDir::open(&config.jobs.state_dir).map_err(AgentError::StateDir)?;
+    let instance = state.instance();
+    let cgroups = crate::cgroup::Cgroups::detect(config.jobs.cgroup_parent.as_deref(), &instance);
+    let shim = config.jobs.job_shim.clone().or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join(crate::config::JOB_SHIM_NAME)))
+    });
+    let shim = match shim {
+        Some(path) if path.is_file() => Some(path),
+        other => {
+            tracing::warn!(shim = ?other, "job shim not found: jobs run directly under /bin/sh, a job re-adopted after an agent restart reports SIGKILL instead of its exit status, and an agent killed while launching a job can leave it running unrecorded");
+            None
+        }
+    };
+    tracing::info!(state_dir = %state.path().display(), shim = ?shim, job_user = ?config.jobs.job_user, allow_root_jobs = config.jobs.allow_root_jobs, "job settings");
+    Ok(LaunchContext {
+        host: config.host.clone(),
+        work_dir: config.work_dir.clone(),
+        shim,
+        state,
+        cgroups,
+        job_user: config.jobs.job_user,
+        allow_root_jobs: config.jobs.allow_root_jobs,
+        instance,
+    })
 }
 
 /// Runs the agent until `shutdown` resolves; then stops all jobs (grace at
@@ -33,16 +68,28 @@ pub enum AgentError {
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), AgentError> {
     crate::credentials::set(config.cluster_secret.as_deref());
     berth_auth::tls::set_client_ca(config.tls_ca.as_deref());
-    let inventory =
-        inventory::discover(config.cpus, config.memory_mb).map_err(AgentError::Inventory)?;
+    let mut discoverer = Discoverer::new(config.inventory.clone());
+    let report = discoverer.discover().map_err(AgentError::Inventory)?;
     tracing::info!(
         host = %config.host,
-        cpus = inventory.cpus,
-        memory_mb = inventory.memory_mb,
+        cpus = report.inventory.cpus,
+        memory_mb = report.inventory.memory_mb,
+        gpus = report.inventory.gpus.len(),
+        gpu_type = report.inventory.gpus.first().map(|g| g.model.as_str()).unwrap_or(""),
+        emulator_sets = report.inventory.emulators.len(),
         servers = ?config.servers,
         work_dir = %config.work_dir.display(),
         "berth-agent starting"
     );
+    if !report.drain_reason.is_empty() {
+        tracing::warn!(reason = %report.drain_reason, "this host drains itself");
+    }
+    let (report_tx, report_rx) = watch::channel(report);
+    let rediscover_task = tokio::spawn(rediscover(
+        discoverer,
+        Duration::from_secs(config.inventory.rediscover_interval_s),
+        report_tx,
+    ));
     // Orphans of a job's group then come to us to be killed and reaped.
     if let Err(e) = procgroup::become_subreaper() {
         tracing::warn!(error = %e, "cannot become child subreaper; orphaned job processes go to init");
@@ -54,12 +101,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let (delivered_tx, delivered_rx) = mpsc::channel(DELIVERED_QUEUE_LEN);
     let outbox = Outbox::new(OUTBOX_CAPACITY_REPORTS);
 
+    // Jobs an earlier agent process left are re-adopted before the first
+    // Register, which lists them as running.
+    let mut supervisor = Supervisor::new(
+        launch_context(&config)?,
+        Duration::from_secs(config.stop_grace_s),
+        outbox.clone(),
+        running_tx,
+    );
+    supervisor.recover();
+
     let session_task = tokio::spawn(session::run(
         SessionConfig {
             host: config.host.clone(),
             servers: config.servers.clone(),
             heartbeat_interval_ms: config.heartbeat_interval_ms,
-            inventory,
+            report: report_rx,
         },
         SessionLinks {
             running_rx,
@@ -69,15 +126,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     ));
     let sender_task = tokio::spawn(outbox.clone().run_sender(channel_rx, delivered_tx));
 
-    let supervisor = Supervisor::new(
-        LaunchContext {
-            host: config.host.clone(),
-            work_dir: config.work_dir.clone(),
-        },
-        Duration::from_secs(config.stop_grace_s),
-        outbox.clone(),
-        running_tx,
-    );
     supervisor
         .run(
             SupervisorInputs {
@@ -96,6 +144,64 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     session_task.abort();
     sender_task.abort();
+    rediscover_task.abort();
     tracing::info!("berth-agent stopped");
     Ok(())
+}
+
+/// Discovers the inventory again every `period` and publishes what changed;
+/// the session then registers again with it. A discovery that fails keeps
+/// the last inventory and drains the host with the error, since what the
+/// host has is no longer known.
+async fn rediscover(
+    mut discoverer: Discoverer,
+    period: Duration,
+    report_tx: watch::Sender<HostReport>,
+) {
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let outcome = tokio::task::spawn_blocking(move || {
+            let report = discoverer.discover();
+            (discoverer, report)
+        })
+        .await;
+        let Ok((back, report)) = outcome else {
+            tracing::error!("inventory re-discovery panicked; no more re-discovery");
+            return;
+        };
+        discoverer = back;
+        let next = match report {
+            Ok(r) => r,
+            Err(e) => HostReport {
+                inventory: report_tx.borrow().inventory.clone(),
+                drain_reason: crate::inventory::check::truncate(format!(
+                    "inventory re-discovery failed: {e}"
+                )),
+            },
+        };
+        let changed = report_tx.send_if_modified(|current| {
+            if *current == next {
+                return false;
+            }
+            if next.drain_reason != current.drain_reason {
+                if next.drain_reason.is_empty() {
+                    tracing::info!("host fit again; lifting its drain");
+                } else {
+                    tracing::warn!(reason = %next.drain_reason, "host drains itself");
+                }
+            }
+            if next.inventory != current.inventory {
+                tracing::warn!(
+                    gpus_before = current.inventory.gpus.len(),
+                    gpus_now = next.inventory.gpus.len(),
+                    "inventory changed"
+                );
+            }
+            *current = next;
+            true
+        });
+        tracing::debug!(changed, "inventory re-discovered");
+    }
 }

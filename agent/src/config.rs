@@ -9,6 +9,7 @@
 //! stop_grace_s = 30                    # when an assignment says 0
 //! cpus = 4                             # override discovered CPUs
 //! memory_mb = 8192                     # override discovered memory
+//! features = ["a100", "ib"]            # what `sbatch -C` may ask for
 //! ```
 //!
 //! `cpus` and `memory_mb` replace what the agent discovers; they exist so
@@ -18,6 +19,10 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use crate::inventory::settings::{
+    DeclaredInventory, EmulatorConfig, InventoryKeys, InventorySettings,
+};
 
 /// Default heartbeat period until the server says otherwise, in ms.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 1000;
@@ -75,6 +80,20 @@ pub struct FileConfig {
     pub cluster_secret_file: Option<PathBuf>,
     /// The cluster's CA (PEM): connect with TLS and verify the nodes.
     pub tls_ca_file: Option<PathBuf>,
+    // Jobs (see `runner`, `statedir`, `cgroup`, `user`).
+    pub state_dir: Option<PathBuf>,
+    pub cgroup_parent: Option<PathBuf>,
+    pub job_user: Option<JobUserKey>,
+    pub allow_root_jobs: Option<bool>,
+    pub job_shim: Option<PathBuf>,
+    // Inventory (see `inventory::settings`).
+    pub fake_inventory_file: Option<PathBuf>,
+    pub sysfs_root: Option<PathBuf>,
+    pub rediscover_interval_s: Option<u64>,
+    pub declared: Option<DeclaredInventory>,
+    pub emulators: Option<Vec<EmulatorConfig>>,
+    /// Features jobs may require (`sbatch -C`), e.g. `["a100", "ib"]`.
+    pub features: Option<Vec<String>>,
 }
 
 impl FileConfig {
@@ -111,6 +130,34 @@ pub struct Overrides {
     pub servers: Vec<String>,
     pub host: Option<String>,
     pub work_dir: Option<PathBuf>,
+    pub state_dir: Option<PathBuf>,
+}
+
+/// `job_user` as written in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobUserKey {
+    Submitter,
+    Agent,
+}
+
+/// Where allocation records live when the config names no `state_dir`
+/// (each host in its own subdirectory).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/berth-agent";
+/// Name of the job shim binary, looked for next to the agent's.
+pub const JOB_SHIM_NAME: &str = "berth-job-shim";
+
+/// How the agent runs jobs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSettings {
+    /// This host's records: `state_dir/HOST`.
+    pub state_dir: PathBuf,
+    /// `None`: the default under the cgroup2 mount; `Some("")`: off.
+    pub cgroup_parent: Option<PathBuf>,
+    pub job_user: crate::user::JobUser,
+    pub allow_root_jobs: bool,
+    /// `None`: look next to the agent binary.
+    pub job_shim: Option<PathBuf>,
 }
 
 /// The resolved configuration the agent runs with.
@@ -127,6 +174,10 @@ pub struct Config {
     pub cluster_secret: Option<Vec<u8>>,
     /// The cluster's CA (PEM) when the cluster runs with TLS.
     pub tls_ca: Option<Vec<u8>>,
+    /// State directory, cgroups, job user.
+    pub jobs: JobSettings,
+    /// GPUs, emulators, declared inventory, re-discovery.
+    pub inventory: InventorySettings,
 }
 
 impl Config {
@@ -222,7 +273,39 @@ impl Config {
             }
         };
 
+        let inventory = InventorySettings::resolve(InventoryKeys {
+            cpus: file.cpus,
+            memory_mb: file.memory_mb,
+            fake_inventory_file: file.fake_inventory_file,
+            sysfs_root: file.sysfs_root,
+            rediscover_interval_s: file.rediscover_interval_s,
+            declared: file.declared,
+            emulators: file.emulators,
+            features: file.features,
+        })
+        .map_err(&invalid)?;
+
+        let state_root = overrides
+            .state_dir
+            .or(file.state_dir)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+        if state_root.as_os_str().is_empty() {
+            return Err(invalid("state_dir must not be empty".to_string()));
+        }
+        let jobs = JobSettings {
+            state_dir: state_root.join(&host),
+            cgroup_parent: file.cgroup_parent,
+            job_user: match file.job_user {
+                Some(JobUserKey::Agent) => crate::user::JobUser::Agent,
+                Some(JobUserKey::Submitter) | None => crate::user::JobUser::Submitter,
+            },
+            allow_root_jobs: file.allow_root_jobs.unwrap_or(false),
+            job_shim: file.job_shim,
+        };
+
         Ok(Config {
+            jobs,
+            inventory,
             host,
             servers,
             work_dir,
@@ -237,7 +320,7 @@ impl Config {
 }
 
 /// 1-based line and column of byte `offset` in `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
+pub(crate) fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = text.get(..offset).unwrap_or(text);
     let line = before.matches('\n').count() + 1;
     let column = before.chars().rev().take_while(|&c| c != '\n').count() + 1;
@@ -311,6 +394,91 @@ mod tests {
     }
 
     #[test]
+    fn parses_inventory_keys_and_rejects_unknown_ones_in_sections() {
+        let text = r#"
+            servers = ["a:1"]
+            host = "gpu017"
+            fake_inventory_file = "/etc/berth/fake.toml"
+            rediscover_interval_s = 5
+            [declared]
+            gpus = 8
+            gpu_type = "h100"
+            [[emulators]]
+            kind = "zebu"
+            group = "rack3"
+            units = 2
+            health_command = "true"
+        "#;
+        let file = FileConfig::parse(text, path()).unwrap();
+        let cfg = Config::resolve(file, "agent.toml", Overrides::default(), None).unwrap();
+        assert_eq!(cfg.inventory.declared.gpus, Some(8));
+        assert_eq!(cfg.inventory.rediscover_interval_s, 5);
+        assert_eq!(cfg.inventory.emulators[0].unit_ids, vec![0, 1]);
+        assert_eq!(
+            cfg.inventory.fake_inventory_file,
+            Some(PathBuf::from("/etc/berth/fake.toml"))
+        );
+
+        let err = FileConfig::parse("[declared]\ngpu = 8\n", path()).unwrap_err();
+        assert!(err.to_string().contains("gpu"), "{err}");
+        let err =
+            FileConfig::parse("[[emulators]]\nkind = \"zebu\"\nunit = 2\n", path()).unwrap_err();
+        assert!(err.to_string().contains("unit"), "{err}");
+        let file = FileConfig::parse(
+            "servers = [\"a:1\"]\nhost = \"h\"\n[[emulators]]\nkind = \"zebu\"\n",
+            path(),
+        )
+        .unwrap();
+        let err = Config::resolve(file, "agent.toml", Overrides::default(), None).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("agent.toml: emulators[0]: give units or unit_ids"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn job_keys_resolve_with_defaults() {
+        let text = r#"
+            servers = ["a:1"]
+            host = "n1"
+            state_dir = "/srv/berth-state"
+            cgroup_parent = ""
+            job_user = "agent"
+            allow_root_jobs = true
+            job_shim = "/opt/berth/berth-job-shim"
+        "#;
+        let file = FileConfig::parse(text, path()).unwrap();
+        let cfg = Config::resolve(file, "f", Overrides::default(), None).unwrap();
+        assert_eq!(cfg.jobs.state_dir, PathBuf::from("/srv/berth-state/n1"));
+        assert_eq!(cfg.jobs.cgroup_parent, Some(PathBuf::new()));
+        assert_eq!(cfg.jobs.job_user, crate::user::JobUser::Agent);
+        assert!(cfg.jobs.allow_root_jobs);
+        assert_eq!(
+            cfg.jobs.job_shim,
+            Some(PathBuf::from("/opt/berth/berth-job-shim"))
+        );
+
+        let file = FileConfig::parse("servers = [\"a:1\"]\nhost = \"n1\"\n", path()).unwrap();
+        let flags = Overrides {
+            state_dir: Some("/tmp/s".into()),
+            ..Default::default()
+        };
+        let cfg = Config::resolve(file.clone(), "f", flags, None).unwrap();
+        assert_eq!(cfg.jobs.state_dir, PathBuf::from("/tmp/s/n1"));
+        let cfg = Config::resolve(file, "f", Overrides::default(), None).unwrap();
+        assert_eq!(
+            cfg.jobs.state_dir,
+            PathBuf::from(DEFAULT_STATE_DIR).join("n1")
+        );
+        assert_eq!(cfg.jobs.job_user, crate::user::JobUser::Submitter);
+        assert!(!cfg.jobs.allow_root_jobs);
+
+        let err = FileConfig::parse("job_user = \"root\"\n", path()).unwrap_err();
+        assert!(err.to_string().contains("root"), "{err}");
+    }
+
+    #[test]
     fn unknown_key_is_rejected_and_named() {
         let err = FileConfig::parse("host = \"a\"\nheartbeat_ms = 5\n", path()).unwrap_err();
         let msg = err.to_string();
@@ -348,6 +516,7 @@ mod tests {
             servers: vec!["flag:1".into()],
             host: Some("flaghost".into()),
             work_dir: Some("/flag".into()),
+            state_dir: None,
         };
         let cfg = Config::resolve(file.clone(), "f", flags, Some("env:1")).unwrap();
         assert_eq!(cfg.servers, vec!["flag:1"]);

@@ -3,6 +3,7 @@
 //! ```text
 //! berth-agent --config FILE
 //! berth-agent --server ADDR[,ADDR...] --host NAME [--work-dir DIR]
+//! berth-agent --simulate N --server ADDR[,ADDR...] [--sim-heartbeat-ms MS]
 //! ```
 //!
 //! Flags override the config file; the server list falls back to
@@ -36,6 +37,28 @@ struct Cli {
     /// current directory].
     #[arg(long, value_name = "DIR")]
     work_dir: Option<PathBuf>,
+    /// Directory of allocation records, for re-adopting jobs after a
+    /// restart (this host's records go in DIR/HOST) [default:
+    /// /var/lib/berth-agent].
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Run N simulated hosts (sim-00001...) in this process instead of
+    /// this host's agent, for scale tests. Jobs "run" for their
+    /// BERTH_SIM_RUNTIME_S environment value (default 30 s).
+    #[arg(long, value_name = "N")]
+    simulate: Option<u32>,
+    /// Heartbeat period of simulated hosts [default: the server's].
+    #[arg(long, value_name = "MS", requires = "simulate")]
+    sim_heartbeat_ms: Option<u64>,
+    /// Simulated heartbeats come up to this percentage early or late.
+    #[arg(long, value_name = "PCT", default_value_t = 10)]
+    sim_jitter_pct: u32,
+    /// Simulated hosts sharing one connection.
+    #[arg(long, value_name = "K", default_value_t = berth_agent::simulate::DEFAULT_HOSTS_PER_CONNECTION)]
+    sim_hosts_per_connection: u32,
+    /// Prefix of simulated host names.
+    #[arg(long, value_name = "TEXT", default_value = "sim-")]
+    sim_prefix: String,
 }
 
 #[tokio::main]
@@ -70,6 +93,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             servers: cli.servers,
             host: cli.host,
             work_dir: cli.work_dir,
+            state_dir: cli.state_dir,
         },
         env_servers.as_deref(),
     )?;
@@ -85,6 +109,20 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     };
 
+    if let Some(hosts) = cli.simulate {
+        berth_agent::credentials::set(config.cluster_secret.as_deref());
+        berth_auth::tls::set_client_ca(config.tls_ca.as_deref());
+        let options = berth_agent::simulate::SimOptions {
+            hosts,
+            servers: config.servers,
+            heartbeat_interval_ms: cli.sim_heartbeat_ms,
+            jitter_pct: cli.sim_jitter_pct,
+            hosts_per_connection: cli.sim_hosts_per_connection,
+            prefix: cli.sim_prefix,
+        };
+        berth_agent::simulate::run(options, shutdown).await?;
+        return Ok(());
+    }
     berth_agent::agent::run(config, shutdown).await?;
     Ok(())
 }

@@ -112,6 +112,62 @@ pub async fn wait_group_gone(pgid: i32, deadline: tokio::time::Instant) -> bool 
     }
 }
 
+/// Most /proc entries looked at when searching for a job's processes.
+pub const PROC_SCAN_ENTRIES_MAX: usize = 1_000_000;
+/// Most bytes of one process's environment read when searching.
+pub const ENVIRON_BYTES_MAX: u64 = 1 << 20;
+
+/// Pids of processes (other than this one) whose environment carries
+/// `BERTH_JOB_TAG=<tag>` (the agent's instance and the alloc id, unique on
+/// the machine): every process a job starts inherits it, so
+/// this finds those that left the job's process group (setsid, daemons)
+/// when there is no cgroup. A process that replaced its environment
+/// (`env -i`) and left the group is not found: that is the limit of the
+/// fallback.
+pub fn tagged_processes(tag: &str) -> Vec<i32> {
+    use std::io::Read;
+    let tag = format!("BERTH_JOB_TAG={tag}");
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in dir.take(PROC_SCAN_ENTRIES_MAX).flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid <= 1 || pid == me {
+            continue;
+        }
+        let mut env = Vec::new();
+        let read = std::fs::File::open(format!("/proc/{pid}/environ"))
+            .and_then(|f| f.take(ENVIRON_BYTES_MAX).read_to_end(&mut env));
+        if read.is_err() {
+            continue;
+        }
+        let hit = env.split(|&b| b == 0).any(|var| var == tag.as_bytes());
+        if hit {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Reaps each of `pids` that is an exited child of ours, without blocking
+/// (orphans of a job come to the agent as the subreaper).
+pub fn reap_pids(pids: &[i32]) {
+    for &pid in pids {
+        if pid > 1 {
+            // SAFETY: waitpid with WNOHANG and a null status pointer.
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

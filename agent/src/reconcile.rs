@@ -5,7 +5,9 @@
 //! 6): anything running here that the leader does not list (unknown, or
 //! superseded by a newer allocation of the same job) is stopped, and a new
 //! allocation of a job is only started once every older allocation of that
-//! job has finished here.
+//! job has finished here. An assignment older than one this agent has
+//! already started for the same job (a lower alloc id: a stale set, e.g.
+//! from a deposed leader) is never started.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -48,10 +50,29 @@ pub struct Plan<'a> {
     /// Desired alloc ids not started yet because another allocation of the
     /// same job still runs here; they start on a later pass.
     pub deferred: Vec<u64>,
+    /// Desired alloc ids never to start: this agent has started a newer
+    /// allocation of the same job.
+    pub stale: Vec<u64>,
+    /// Allocations whose stop is committed and that this agent has no
+    /// record of ever starting: it never received them, so it reports
+    /// them ended without starting them (nothing else would end them).
+    pub unstarted: Vec<&'a Assignment>,
 }
 
-/// Decides what to start, stop and forget. Pure: the caller applies it.
+/// Decides what to start, stop and forget, with no record of earlier
+/// allocations beyond the local table.
 pub fn reconcile<'a>(desired: &'a AssignmentSet, local: &BTreeMap<u64, LocalAlloc>) -> Plan<'a> {
+    reconcile_fenced(desired, local, &BTreeMap::new())
+}
+
+/// Decides what to start, stop and forget. `newest` maps a job id to the
+/// highest alloc id this agent has started for it (kept beyond the local
+/// table). Pure: the caller applies it.
+pub fn reconcile_fenced<'a>(
+    desired: &'a AssignmentSet,
+    local: &BTreeMap<u64, LocalAlloc>,
+    newest: &BTreeMap<u64, u64>,
+) -> Plan<'a> {
     let desired_ids: HashSet<u64> = desired.assignments.iter().map(|a| a.alloc_id).collect();
     let mut plan = Plan::default();
 
@@ -87,12 +108,27 @@ pub fn reconcile<'a>(desired: &'a AssignmentSet, local: &BTreeMap<u64, LocalAllo
         if local.contains_key(&a.alloc_id) {
             continue;
         }
+        let newer_here = newest.get(&a.job_id).is_some_and(|&n| n > a.alloc_id)
+            || local
+                .iter()
+                .any(|(&id, e)| e.job_id == a.job_id && id > a.alloc_id);
+        if newer_here {
+            plan.stale.push(a.alloc_id);
+            continue;
+        }
         if busy_jobs.contains(&a.job_id) {
             plan.deferred.push(a.alloc_id);
             continue;
         }
         busy_jobs.insert(a.job_id);
         plan.start.push(a);
+    }
+    for a in &desired.stopping {
+        let started_here = local.contains_key(&a.alloc_id)
+            || newest.get(&a.job_id).is_some_and(|&n| n >= a.alloc_id);
+        if !started_here {
+            plan.unstarted.push(a);
+        }
     }
     plan
 }
@@ -134,6 +170,7 @@ mod tests {
         AssignmentSet {
             applied_index: 1,
             assignments: allocs.iter().map(|&(j, a)| assignment(j, a)).collect(),
+            stopping: Vec::new(),
         }
     }
 
@@ -290,6 +327,32 @@ mod tests {
     }
 
     #[test]
+    fn stale_assignment_of_a_job_is_never_started() {
+        // Alloc 11 of job 1 ran here (now finished and forgotten); a stale
+        // set still listing alloc 10 of job 1 must not start it.
+        let newest = BTreeMap::from([(1, 11)]);
+        let desired = set(&[(1, 10), (2, 20)]);
+        let plan = reconcile_fenced(&desired, &BTreeMap::new(), &newest);
+        assert_eq!(started(&plan), vec![20]);
+        assert_eq!(plan.stale, vec![10]);
+
+        // Also while the newer one is in the table, running or finished.
+        for entry in [running(1), finished(1, false), finished(1, true)] {
+            let local = BTreeMap::from([(11, entry)]);
+            let desired = set(&[(1, 10), (1, 11)]);
+            let plan = reconcile(&desired, &local);
+            assert!(plan.start.is_empty(), "{entry:?}");
+            assert_eq!(plan.stale, vec![10], "{entry:?}");
+            assert!(plan.deferred.is_empty(), "{entry:?}");
+        }
+
+        // A newer allocation than any seen starts as usual.
+        let desired = set(&[(1, 12)]);
+        let plan = reconcile_fenced(&desired, &BTreeMap::new(), &newest);
+        assert_eq!(started(&plan), vec![12]);
+    }
+
+    #[test]
     fn fence_drops_lower_index() {
         let mut f = IndexFence::default();
         assert!(f.accept(5));
@@ -300,5 +363,22 @@ mod tests {
         // A new stream starts over.
         let mut f = IndexFence::default();
         assert!(f.accept(1));
+    }
+
+    #[test]
+    fn a_stopping_allocation_never_received_is_reported_unstarted() {
+        let mut desired = set(&[(1, 10)]);
+        desired.stopping = vec![assignment(2, 20), assignment(3, 30), assignment(4, 40)];
+        let mut local = BTreeMap::new();
+        local.insert(10, running(1));
+        // Job 3's allocation 30 runs here: an ordinary stop, not unstarted.
+        local.insert(30, running(3));
+        // Job 4's allocation 40 was started here and already forgotten.
+        let newest = BTreeMap::from([(4, 40)]);
+        let plan = reconcile_fenced(&desired, &local, &newest);
+        let unstarted: Vec<u64> = plan.unstarted.iter().map(|a| a.alloc_id).collect();
+        assert_eq!(unstarted, vec![20]);
+        assert_eq!(plan.stop, vec![30]);
+        assert!(plan.start.is_empty());
     }
 }

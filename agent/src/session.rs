@@ -1,6 +1,7 @@
 //! The session with the cluster: connect, Register, then heartbeat and
-//! watch assignments side by side until something breaks; then follow the
-//! leader hint or try the next server, with bounded exponential backoff.
+//! watch assignments side by side until something breaks; then find the
+//! leader again by asking every server at once (`discover`), with bounded
+//! exponential backoff only when none leads.
 //!
 //! The session never touches jobs. It publishes three things through watch
 //! channels: the latest desired set (to the supervisor), the live gRPC
@@ -9,18 +10,19 @@
 
 use std::time::Duration;
 
+use crate::inventory::HostReport;
 use berth_auth::grpc::CredentialedChannel;
 use berth_proto::agent::agent_service_client::AgentServiceClient;
 use berth_proto::agent::{
     AssignmentSet, HeartbeatRequest, RegisterRequest, RunningAllocation, WatchAssignmentsRequest,
 };
-use berth_proto::api::Inventory;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 
 use crate::backoff::Backoff;
 use crate::config::{HEARTBEAT_INTERVAL_MAX_MS, HEARTBEAT_INTERVAL_MIN_MS};
+use crate::discover;
 use crate::reconcile::IndexFence;
 
 /// Limit on opening a connection to one server, in ms.
@@ -31,7 +33,7 @@ pub const SESSION_RPC_TIMEOUT_MS: u64 = 5_000;
 /// First delay before reconnecting, in ms.
 pub const RECONNECT_BACKOFF_MIN_MS: u64 = 100;
 /// Longest delay between reconnects, in ms.
-pub const RECONNECT_BACKOFF_MAX_MS: u64 = 2_000;
+pub const RECONNECT_BACKOFF_MAX_MS: u64 = 1_000;
 /// HTTP/2 ping period, so a silently dead server is noticed, in ms.
 pub const HTTP2_KEEPALIVE_INTERVAL_MS: u64 = 5_000;
 /// How long an HTTP/2 ping may go unanswered, in ms.
@@ -62,6 +64,9 @@ enum SessionEnd {
     /// The cluster does not know this host (heartbeat said so): register
     /// again on the same server.
     Reregister,
+    /// Re-discovery found a new inventory or drain reason: register again
+    /// on the same server with it.
+    InventoryChanged,
     Failed(SessionError),
 }
 
@@ -72,7 +77,9 @@ pub struct SessionConfig {
     pub servers: Vec<String>,
     /// Used until the server's RegisterResponse names its own.
     pub heartbeat_interval_ms: u64,
-    pub inventory: Inventory,
+    /// The host's inventory and drain reason, republished by re-discovery;
+    /// a change ends the session so that the agent registers again with it.
+    pub report: watch::Receiver<HostReport>,
 }
 
 /// The session's links to the rest of the agent.
@@ -88,29 +95,43 @@ pub struct SessionLinks {
 /// Runs sessions forever, reconnecting as needed. Stop it by aborting the
 /// task it runs in.
 pub async fn run(cfg: SessionConfig, links: SessionLinks) {
+    if cfg.servers.is_empty() {
+        tracing::error!("no servers to connect to");
+        return;
+    }
     let mut backoff = Backoff::new(RECONNECT_BACKOFF_MIN_MS, RECONNECT_BACKOFF_MAX_MS);
-    let mut next_server = 0usize;
-    let mut hint: Option<String> = None;
+    // Leader addresses named since the last round: asked first, and at
+    // once when no configured server led.
+    let mut hints: Vec<String> = Vec::new();
     // False until the cluster accepted this process's first Register: that
     // one tells the leader the agent restarted, so allocations it placed
     // here before and that are not running now are ended as lost.
     let mut registered_before = false;
     loop {
-        let addr = match hint.take() {
-            Some(a) => a,
-            None if cfg.servers.is_empty() => {
-                tracing::error!("no servers to connect to");
-                return;
+        let asked = discover::candidates(&hints, &cfg.servers);
+        hints.clear();
+        let running = links.running_rx.borrow().clone();
+        let found = discover::find_leader(&cfg.host, &asked, running).await;
+        let Some(leader) = found.leader else {
+            let unasked: Vec<String> = found
+                .hints
+                .into_iter()
+                .filter(|h| !asked.iter().any(|a| discover::bare(a) == discover::bare(h)))
+                .collect();
+            if !unasked.is_empty() {
+                // A follower named a leader we have not asked: ask now.
+                tracing::info!(leaders = ?unasked, "following the leader a follower named");
+                hints = unasked;
+                continue;
             }
-            None => {
-                let a = cfg.servers[next_server % cfg.servers.len()].clone();
-                next_server = (next_server + 1) % cfg.servers.len();
-                a
-            }
+            tracing::warn!(failures = ?found.failures, "no server answered as leader");
+            tokio::time::sleep(backoff.next_delay()).await;
+            continue;
         };
+        let addr = leader.addr.clone();
         let mut established = false;
         let end = session(
-            &addr,
+            leader,
             &cfg,
             &links,
             &mut established,
@@ -122,13 +143,21 @@ pub async fn run(cfg: SessionConfig, links: SessionLinks) {
             backoff.reset();
         }
         match end {
-            SessionEnd::Redirect(leader) => {
-                tracing::info!(server = %addr, leader = %leader, "following the leader");
-                hint = Some(leader);
+            SessionEnd::Redirect(next) => {
+                // Leadership moved: go there without waiting.
+                tracing::info!(server = %addr, leader = %next, "following the leader");
+                hints.push(next);
+                continue;
             }
             SessionEnd::Reregister => {
                 tracing::warn!(server = %addr, "cluster does not know this host, registering again");
-                hint = Some(addr);
+                hints.push(addr);
+            }
+            SessionEnd::InventoryChanged => {
+                tracing::info!(server = %addr, "inventory changed, registering again");
+                hints.push(addr);
+                // No backoff: the session worked, the news must go out.
+                continue;
             }
             SessionEnd::Failed(e) => {
                 tracing::warn!(server = %addr, error = %e, "session ended");
@@ -138,28 +167,34 @@ pub async fn run(cfg: SessionConfig, links: SessionLinks) {
     }
 }
 
-/// One session against `addr`. Sets `established` once the first
-/// assignment set has arrived, so the caller resets its backoff only for a
-/// session that worked (a server that accepts and hangs up at once keeps
-/// the backoff growing).
+/// One session with the leader `discover` found. Sets `established` once
+/// the first assignment set has arrived, so the caller resets its backoff
+/// only for a session that worked (a server that accepts and hangs up at
+/// once keeps the backoff growing).
 async fn session(
-    addr: &str,
+    leader: discover::Leader,
     cfg: &SessionConfig,
     links: &SessionLinks,
     established: &mut bool,
     registered_before: &mut bool,
 ) -> SessionEnd {
-    let channel = match connect(addr).await {
-        Ok(c) => c,
-        Err(e) => return SessionEnd::Failed(e),
-    };
+    let discover::Leader {
+        addr,
+        channel,
+        term,
+    } = leader;
+    let addr = addr.as_str();
     let mut client =
         AgentServiceClient::with_interceptor(channel.clone(), crate::credentials::get())
             .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
 
+    // Marked seen: a change from here on is one this Register did not carry.
+    let mut report_rx = cfg.report.clone();
+    let report = report_rx.borrow_and_update().clone();
     let register = RegisterRequest {
         host: cfg.host.clone(),
-        inventory: Some(cfg.inventory.clone()),
+        inventory: Some(report.inventory),
+        drain_reason: report.drain_reason,
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         running: links.running_rx.borrow().clone(),
         agent_restarted: !*registered_before,
@@ -172,6 +207,7 @@ async fn session(
     let interval_ms = heartbeat_interval_ms(resp.heartbeat_interval_ms, cfg.heartbeat_interval_ms);
     tracing::info!(
         server = %addr,
+        term,
         log_index = resp.log_index,
         heartbeat_interval_ms = interval_ms,
         "registered"
@@ -187,12 +223,12 @@ async fn session(
         Err(s) => return classify(addr, "WatchAssignments", s),
     };
     tokio::select! {
-        end = heartbeats(addr, client, cfg, &links.running_rx, interval_ms) => end,
+        end = heartbeats(addr, client, cfg, &links.running_rx, report_rx, interval_ms) => end,
         end = watch_assignments(addr, stream, &links.desired_tx, established) => end,
     }
 }
 
-async fn connect(addr: &str) -> Result<Channel, SessionError> {
+pub(crate) async fn connect(addr: &str) -> Result<Channel, SessionError> {
     // http:// or https:// follows from whether the agent has the
     // cluster's CA; a scheme written in the address is not needed.
     let bare = addr
@@ -225,19 +261,32 @@ async fn connect(addr: &str) -> Result<Channel, SessionError> {
     }
 }
 
-/// Heartbeats every `interval_ms` until one fails or the host is unknown.
+/// Heartbeats every `interval_ms` until one fails, the host is unknown, or
+/// its inventory changed (then it registers again).
 async fn heartbeats(
     addr: &str,
     mut client: AgentServiceClient<CredentialedChannel>,
     cfg: &SessionConfig,
     running_rx: &watch::Receiver<Vec<RunningAllocation>>,
+    mut report_rx: watch::Receiver<HostReport>,
     interval_ms: u64,
 ) -> SessionEnd {
     let period = Duration::from_millis(interval_ms);
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // False once the discoverer is gone (shutdown): heartbeats go on.
+    let mut report_open = true;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = report_rx.changed(), if report_open => {
+                if changed.is_ok() {
+                    return SessionEnd::InventoryChanged;
+                }
+                report_open = false;
+                continue;
+            }
+        }
         let req = HeartbeatRequest {
             host: cfg.host.clone(),
             running: running_rx.borrow().clone(),

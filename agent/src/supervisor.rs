@@ -17,10 +17,12 @@ use berth_proto::agent::{
 };
 use tokio::sync::{mpsc, watch};
 
+use crate::jobsignal::{self, SignalState};
 use crate::outbox::{ExitDelivered, Outbox, Report};
 use crate::procgroup;
 use crate::reconcile::{self, LocalAlloc, LocalState};
 use crate::runner::{self, JobEvent, JobEventKind, JobHandle, LaunchContext};
+use crate::statedir;
 
 /// Most allocations kept in the local table (running or awaiting their
 /// exit acknowledgement); desired allocations beyond it are not started.
@@ -32,6 +34,19 @@ pub const SHUTDOWN_STOP_GRACE_MAX_S: u64 = 5;
 /// Extra time on top of the stop grace to wait for exits at shutdown, in
 /// ms: covers the SIGKILL and group reaping.
 pub const SHUTDOWN_EXIT_MARGIN_MS: u64 = runner::GROUP_KILL_TIMEOUT_MS + 1_000;
+/// Most jobs whose newest started alloc id is remembered (the fence
+/// against stale assignments); the lowest job ids are forgotten first.
+pub const NEWEST_ALLOCS_MAX: usize = 65_536;
+/// Most alloc ids remembered as reported "stopped before it started", so
+/// each is reported once rather than at every reconcile; the lowest are
+/// forgotten first (a second report of one is harmless, only noise).
+pub const UNSTARTED_REPORTS_MAX: usize = 4_096;
+/// Longest the supervisor sleeps before looking at a `--signal` warning
+/// again, in ms: the wall clock may jump, so a far-off due time is not
+/// trusted as one long sleep.
+pub const SIGNAL_RECHECK_MAX_MS: u64 = 10_000;
+/// The launch error of an allocation stopped before this agent received it.
+pub const STOPPED_BEFORE_START: &str = "stopped before it started";
 
 /// One allocation this agent has started.
 #[derive(Debug)]
@@ -47,6 +62,12 @@ struct Entry {
     ack_stop: bool,
     /// None once the job has exited.
     handle: Option<JobHandle>,
+    /// Found in the state directory at start: until its exit is
+    /// delivered it is reported as running, so the cluster waits for the
+    /// real exit instead of ending it as lost.
+    recovered: bool,
+    /// Its `--signal` warning and the `scancel --signal`s it was sent.
+    signals: SignalState,
 }
 
 /// Inputs the supervisor listens to.
@@ -63,6 +84,12 @@ pub struct Supervisor {
     ctx: Arc<LaunchContext>,
     default_stop_grace: Duration,
     table: BTreeMap<u64, Entry>,
+    /// Job id → the highest alloc id started here for it.
+    newest: BTreeMap<u64, u64>,
+    /// Alloc ids already reported as stopped before they started.
+    reported_unstarted: std::collections::BTreeSet<u64>,
+    /// The state directory has been read (once per agent process).
+    recovered: bool,
     desired: Option<AssignmentSet>,
     outbox: Outbox,
     events_tx: mpsc::Sender<JobEvent>,
@@ -85,6 +112,9 @@ impl Supervisor {
             ctx: Arc::new(ctx),
             default_stop_grace,
             table: BTreeMap::new(),
+            newest: BTreeMap::new(),
+            reported_unstarted: std::collections::BTreeSet::new(),
+            recovered: false,
             desired: None,
             outbox,
             events_tx,
@@ -97,12 +127,16 @@ impl Supervisor {
     /// grace and waits (bounded) for them to exit.
     pub async fn run(mut self, mut inputs: SupervisorInputs, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        self.recover();
         let mut desired_open = true;
         loop {
+            let signal_wait = self.next_signal_wait();
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 Some(ev) = self.events_rx.recv() => self.on_job_event(ev),
+                // A `--signal` warning falls due; reconcile (below) sends it.
+                _ = tokio::time::sleep(signal_wait.unwrap_or_default()), if signal_wait.is_some() => {}
                 Some(d) = inputs.delivered_rx.recv() => self.on_exit_delivered(d.alloc_id),
                 changed = inputs.desired_rx.changed(), if desired_open => {
                     if changed.is_err() {
@@ -172,8 +206,110 @@ impl Supervisor {
         if let Some(entry) = self.table.get_mut(&alloc_id) {
             if matches!(entry.state, LocalState::Finished { .. }) {
                 entry.state = LocalState::Finished { exit_acked: true };
+                // The cluster has the exit: nothing left to recover.
+                if let Err(e) = self.ctx.state.remove(alloc_id) {
+                    tracing::warn!(alloc_id, error = %e, "cannot remove the allocation's record");
+                }
+                if entry.recovered {
+                    entry.recovered = false;
+                    self.publish_running();
+                }
             }
         }
+    }
+
+    /// Remembers that `alloc_id` of `job_id` was started here.
+    fn note_started(&mut self, job_id: u64, alloc_id: u64) {
+        let newest = self.newest.entry(job_id).or_insert(alloc_id);
+        *newest = (*newest).max(alloc_id);
+        while self.newest.len() > NEWEST_ALLOCS_MAX {
+            self.newest.pop_first();
+        }
+    }
+
+    /// Reads the state directory an earlier agent process left: jobs still
+    /// running are re-adopted, jobs that ended meanwhile have their
+    /// recorded exit reported, and jobs that died without a record are
+    /// forgotten (the cluster ends them NODE_FAIL when this agent
+    /// registers without them).
+    pub fn recover(&mut self) {
+        if self.recovered {
+            return;
+        }
+        self.recovered = true;
+        let records = match self.ctx.state.load(&self.host) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the state directory; no job re-adopted");
+                return;
+            }
+        };
+        for r in records {
+            self.note_started(r.job_id, r.alloc_id);
+            let stop_grace = if r.stop_grace_s > 0 {
+                Duration::from_secs(r.stop_grace_s)
+            } else {
+                self.default_stop_grace
+            };
+            let (job_id, alloc_id, pid) = (r.job_id, r.alloc_id, r.pid);
+            if statedir::alive(r.pid, r.start_ticks) {
+                tracing::info!(job_id, alloc_id, pid, "re-adopting a job still running");
+                let handle = runner::adopt(r, self.ctx.clone(), self.events_tx.clone());
+                self.table.insert(
+                    alloc_id,
+                    Entry {
+                        job_id,
+                        state: LocalState::Running {
+                            stop_requested: false,
+                        },
+                        pid,
+                        stop_grace,
+                        ack_stop: false,
+                        handle: Some(handle),
+                        recovered: true,
+                        signals: SignalState::recovered(),
+                    },
+                );
+            } else if let Some(exit) = self.ctx.state.read_exit(alloc_id) {
+                let exit = runner::JobExit::from_record(exit);
+                tracing::info!(
+                    job_id,
+                    alloc_id,
+                    exit_code = exit.exit_code,
+                    signal = exit.signal,
+                    "job ended while the agent was down; reporting its exit"
+                );
+                runner::kill_remains(&r, &self.ctx);
+                self.table.insert(
+                    alloc_id,
+                    Entry {
+                        job_id,
+                        state: LocalState::Finished { exit_acked: false },
+                        pid,
+                        stop_grace,
+                        ack_stop: false,
+                        handle: None,
+                        recovered: true,
+                        signals: SignalState::recovered(),
+                    },
+                );
+                self.push(Report::Exited(ExitedReport {
+                    host: self.host.clone(),
+                    job_id,
+                    alloc_id,
+                    exit_code: exit.exit_code,
+                    signal: exit.signal,
+                    launch_error: exit.launch_error,
+                }));
+            } else {
+                tracing::warn!(job_id, alloc_id, pid, "job died while the agent was down and left no exit status; the cluster ends it as lost");
+                runner::kill_remains(&r, &self.ctx);
+                if let Err(e) = self.ctx.state.remove(alloc_id) {
+                    tracing::warn!(alloc_id, error = %e, "cannot remove the allocation's record");
+                }
+            }
+        }
+        self.publish_running();
     }
 
     /// Queues a report; an exit report pushed out of a full outbox counts
@@ -203,9 +339,40 @@ impl Supervisor {
                 )
             })
             .collect();
-        let plan = reconcile::reconcile(desired, &local);
+        let plan = reconcile::reconcile_fenced(desired, &local, &self.newest);
+        for &alloc_id in &plan.stale {
+            tracing::warn!(
+                alloc_id,
+                "stale assignment (a newer allocation of its job ran here) not started"
+            );
+        }
+        let unstarted: Vec<(u64, u64)> = plan
+            .unstarted
+            .iter()
+            .map(|a| (a.job_id, a.alloc_id))
+            .filter(|(_, alloc_id)| !self.reported_unstarted.contains(alloc_id))
+            .collect();
         let starts: Vec<Assignment> = plan.start.into_iter().cloned().collect();
         let (stops, forgets) = (plan.stop, plan.forget);
+        for (job_id, alloc_id) in unstarted {
+            tracing::info!(
+                job_id,
+                alloc_id,
+                "allocation stopped before this agent received it; reporting it ended"
+            );
+            self.reported_unstarted.insert(alloc_id);
+            while self.reported_unstarted.len() > UNSTARTED_REPORTS_MAX {
+                self.reported_unstarted.pop_first();
+            }
+            self.push(Report::Exited(ExitedReport {
+                host: self.host.clone(),
+                job_id,
+                alloc_id,
+                exit_code: 0,
+                signal: 0,
+                launch_error: STOPPED_BEFORE_START.to_string(),
+            }));
+        }
         let changed = !(starts.is_empty() && stops.is_empty());
 
         for alloc_id in forgets {
@@ -233,6 +400,67 @@ impl Supervisor {
         if changed {
             self.publish_running();
         }
+        self.send_signals();
+    }
+
+    /// Sends the signals due to running jobs: their `--signal` warning
+    /// and new `scancel --signal` requests. A job still launching (no pid
+    /// yet) or being stopped gets nothing now; a launching one gets them
+    /// once it has started.
+    fn send_signals(&mut self) {
+        let now_ms = wall_clock_ms();
+        let via_shim = self.ctx.shim.is_some();
+        let desired: BTreeMap<u64, &Assignment> = self
+            .desired
+            .iter()
+            .flat_map(|d| d.assignments.iter())
+            .map(|a| (a.alloc_id, a))
+            .collect();
+        for (alloc_id, e) in &mut self.table {
+            if e.state
+                != (LocalState::Running {
+                    stop_requested: false,
+                })
+                || e.pid <= 1
+            {
+                continue;
+            }
+            for d in e.signals.poll(desired.get(alloc_id).copied(), now_ms) {
+                match jobsignal::deliver(e.pid, via_shim, &d) {
+                    Ok(n) => tracing::info!(
+                        job_id = e.job_id,
+                        alloc_id,
+                        signal = d.signal,
+                        batch_only = d.batch_only,
+                        cause = ?d.cause,
+                        processes = n,
+                        "signal sent to the job"
+                    ),
+                    Err(err) => tracing::warn!(
+                        job_id = e.job_id,
+                        alloc_id,
+                        signal = d.signal,
+                        error = %err,
+                        "cannot signal the job"
+                    ),
+                }
+            }
+        }
+    }
+
+    /// How long until the next `--signal` warning is due (at most
+    /// [`SIGNAL_RECHECK_MAX_MS`]); None when none is waiting.
+    fn next_signal_wait(&self) -> Option<Duration> {
+        let due_ms = self
+            .table
+            .values()
+            .filter(|e| matches!(e.state, LocalState::Running { .. }))
+            .filter_map(|e| e.signals.next_due_ms())
+            .min()?;
+        let wait_ms = due_ms
+            .saturating_sub(wall_clock_ms())
+            .min(SIGNAL_RECHECK_MAX_MS);
+        Some(Duration::from_millis(wait_ms))
     }
 
     fn start(&mut self, a: Assignment) {
@@ -256,6 +484,7 @@ impl Supervisor {
             "starting allocation"
         );
         let (job_id, alloc_id) = (a.job_id, a.alloc_id);
+        self.note_started(job_id, alloc_id);
         let handle = runner::spawn(a, self.ctx.clone(), self.events_tx.clone());
         self.table.insert(
             alloc_id,
@@ -268,6 +497,8 @@ impl Supervisor {
                 stop_grace,
                 ack_stop: false,
                 handle: Some(handle),
+                recovered: false,
+                signals: SignalState::new(),
             },
         );
     }
@@ -278,7 +509,10 @@ impl Supervisor {
         let running: Vec<RunningAllocation> = self
             .table
             .iter()
-            .filter(|(_, e)| matches!(e.state, LocalState::Running { .. }))
+            .filter(|(_, e)| {
+                matches!(e.state, LocalState::Running { .. })
+                    || (e.recovered && e.state == LocalState::Finished { exit_acked: false })
+            })
             .map(|(&alloc_id, e)| RunningAllocation {
                 job_id: e.job_id,
                 alloc_id,
@@ -358,6 +592,14 @@ impl Supervisor {
     }
 }
 
+/// Now on the wall clock, ms since the epoch: the leader stamps placements
+/// with its wall clock, and a job's time limit counts from there.
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -390,6 +632,12 @@ mod tests {
             LaunchContext {
                 host: "h1".into(),
                 work_dir: dir.path().to_path_buf(),
+                shim: None,
+                state: crate::statedir::StateDir::open(&dir.path().join("state")).unwrap(),
+                cgroups: None,
+                job_user: crate::user::JobUser::Agent,
+                allow_root_jobs: true,
+                instance: "t".into(),
             },
             Duration::from_secs(10),
             outbox.clone(),
@@ -431,6 +679,7 @@ mod tests {
         Some(AssignmentSet {
             applied_index,
             assignments,
+            ..Default::default()
         })
     }
 
@@ -484,6 +733,42 @@ mod tests {
         );
         assert!(h.running_rx.borrow().is_empty());
 
+        if let Some(tx) = h.stop_tx.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(DEADLINE, &mut h.task)
+            .await
+            .expect("supervisor shuts down")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_stopping_alloc_it_never_received_is_reported_once_unstarted() {
+        let mut h = start_harness();
+        let stopped_early = AssignmentSet {
+            applied_index: 1,
+            stopping: vec![assignment(5, 50, "sleep 100", 10)],
+            ..Default::default()
+        };
+        h.desired_tx.send_replace(Some(stopped_early.clone()));
+        let outbox = h.outbox.clone();
+        wait_until("the unstarted report", || outbox.snapshot().len() == 1).await;
+        // The same set again (a resend) adds no second report.
+        h.desired_tx.send_replace(Some(AssignmentSet {
+            applied_index: 2,
+            ..stopped_early
+        }));
+        h.desired_tx
+            .send_replace(set(3, vec![assignment(6, 60, "sleep 100", 10)]));
+        wait_until("alloc 60 started", || outbox.snapshot().len() == 2).await;
+        match &h.outbox.snapshot()[0] {
+            Report::Exited(e) => {
+                assert_eq!((e.job_id, e.alloc_id, e.exit_code, e.signal), (5, 50, 0, 0));
+                assert_eq!(e.launch_error, STOPPED_BEFORE_START);
+            }
+            other => panic!("expected the exit of alloc 50, got {other:?}"),
+        }
+        assert!(matches!(&h.outbox.snapshot()[1], Report::Started(s) if s.alloc_id == 60));
         if let Some(tx) = h.stop_tx.take() {
             let _ = tx.send(());
         }
@@ -561,5 +846,82 @@ mod tests {
             reports(&h.outbox),
             vec![("started", 20, 0), ("exited", 20, libc::SIGKILL)]
         );
+    }
+
+    /// Shuts the harness's supervisor down.
+    async fn shut_down(mut h: Harness) {
+        if let Some(tx) = h.stop_tx.take() {
+            let _ = tx.send(());
+        }
+        tokio::time::timeout(DEADLINE, &mut h.task)
+            .await
+            .expect("supervisor shuts down")
+            .unwrap();
+    }
+
+    /// A job that writes `ready`, then `got` when USR1 arrives (the short
+    /// sleeps let dash run the trap promptly), for up to 20 s.
+    fn usr1_trap_command(dir: &std::path::Path) -> String {
+        let d = dir.display();
+        format!(
+            "trap 'echo got > {d}/got' USR1; echo > {d}/ready; \
+             i=0; while [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done"
+        )
+    }
+
+    #[tokio::test]
+    async fn warn_signal_arrives_its_seconds_before_the_time_limit() {
+        for batch_only in [false, true] {
+            let h = start_harness();
+            let marks = tempfile::tempdir().unwrap();
+            let mut a = assignment(3, 30, &usr1_trap_command(marks.path()), 10);
+            // A 3 s limit and USR1@2: due 1 s after the placement.
+            a.start_ms = wall_clock_ms();
+            let placed = std::time::Instant::now();
+            if let Some(spec) = a.spec.as_mut() {
+                spec.time_limit_s = 3;
+                spec.warn_signal = libc::SIGUSR1 as u32;
+                spec.warn_signal_before_s = 2;
+                spec.warn_signal_batch_only = batch_only;
+            }
+            h.desired_tx.send_replace(set(1, vec![a]));
+            let got = marks.path().join("got");
+            wait_until("the USR1 marker", || got.exists()).await;
+            let after = placed.elapsed();
+            assert!(
+                after >= Duration::from_millis(950) && after < Duration::from_millis(2_000),
+                "USR1 came {after:?} after the placement, expected about 1 s (batch_only {batch_only})"
+            );
+            // The job goes on running: a signal is not a stop.
+            assert!(h.running_rx.borrow().iter().any(|r| r.alloc_id == 30));
+            assert_eq!(reports(&h.outbox), vec![("started", 30, 0)]);
+            shut_down(h).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn scancel_signal_is_sent_once_to_the_running_job() {
+        let h = start_harness();
+        let marks = tempfile::tempdir().unwrap();
+        let a = assignment(4, 40, &usr1_trap_command(marks.path()), 10);
+        h.desired_tx.send_replace(set(1, vec![a.clone()]));
+        let ready = marks.path().join("ready");
+        wait_until("the job's trap is set", || ready.exists()).await;
+        let mut signalled = a.clone();
+        signalled.signals = vec![berth_proto::agent::SignalRequest {
+            seq: 1,
+            signal: libc::SIGUSR1 as u32,
+            batch_only: true,
+        }];
+        h.desired_tx.send_replace(set(2, vec![signalled.clone()]));
+        let got = marks.path().join("got");
+        wait_until("the USR1 marker", || got.exists()).await;
+        std::fs::remove_file(&got).unwrap();
+        // The same request in a later set is not sent again.
+        h.desired_tx.send_replace(set(3, vec![signalled]));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!got.exists(), "the request was sent twice");
+        assert!(h.running_rx.borrow().iter().any(|r| r.alloc_id == 40));
+        shut_down(h).await;
     }
 }

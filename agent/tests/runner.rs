@@ -2,12 +2,14 @@
 //! no sleep is an assertion.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_agent::procgroup;
 use berth_agent::runner::{self, JobEvent, JobEventKind, JobExit, LaunchContext};
+use berth_agent::statedir::StateDir;
+use berth_agent::user::JobUser;
 use berth_proto::agent::Assignment;
 use berth_proto::api::JobSpec;
 use tokio::sync::mpsc;
@@ -19,6 +21,12 @@ fn ctx(dir: &Path) -> Arc<LaunchContext> {
     Arc::new(LaunchContext {
         host: "testhost".into(),
         work_dir: dir.to_path_buf(),
+        shim: Some(PathBuf::from(env!("CARGO_BIN_EXE_berth-job-shim"))),
+        state: StateDir::open(&dir.join(".state")).unwrap(),
+        cgroups: None,
+        job_user: JobUser::Agent,
+        allow_root_jobs: true,
+        instance: format!("t{}", std::process::id()),
     })
 }
 
@@ -134,7 +142,7 @@ async fn job_sees_its_environment_and_output_patterns() {
     let sub = dir.path().join("sub");
     let out = std::fs::read_to_string(sub.join("t-7-ada-h1.out")).unwrap();
     let mut lines = out.lines();
-    assert_eq!(lines.next(), Some("7 7 t t h1,h2 h1,h2 2 2 70 x=1"));
+    assert_eq!(lines.next(), Some("7 7 t t h1,h2 h[1-2] 2 2 70 x=1"));
     let pwd = lines.next().unwrap();
     assert!(pwd.ends_with("/sub"), "{pwd}");
     let err = std::fs::read_to_string(sub.join("7.err")).unwrap();

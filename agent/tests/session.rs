@@ -35,6 +35,8 @@ struct FakeNode {
     assignments: watch::Receiver<AssignmentSet>,
     /// Answer the next heartbeat with known = false.
     forget_host: Arc<AtomicBool>,
+    /// The Raft term a leader answers heartbeats with.
+    term: u64,
 }
 
 impl FakeNode {
@@ -81,7 +83,10 @@ impl AgentService for FakeNode {
         }
         let _ = self.calls.send(Call::Heartbeat).await;
         let known = !self.forget_host.swap(false, Ordering::SeqCst);
-        Ok(Response::new(HeartbeatResponse { known }))
+        Ok(Response::new(HeartbeatResponse {
+            known,
+            term: self.term,
+        }))
     }
 
     type WatchAssignmentsStream = SetStream;
@@ -159,6 +164,32 @@ fn assignment(job_id: u64, alloc_id: u64, command: &str) -> Assignment {
     }
 }
 
+fn agent_config(dir: &std::path::Path, servers: Vec<String>) -> Config {
+    Config {
+        host: "t1".into(),
+        servers,
+        work_dir: dir.to_path_buf(),
+        heartbeat_interval_ms: 1000,
+        stop_grace_s: 30,
+        cpus: Some(2),
+        memory_mb: Some(512),
+        cluster_secret: None,
+        tls_ca: None,
+        inventory: berth_agent::inventory::settings::InventorySettings {
+            cpus: Some(2),
+            memory_mb: Some(512),
+            ..Default::default()
+        },
+        jobs: berth_agent::config::JobSettings {
+            state_dir: dir.join("state"),
+            cgroup_parent: Some(std::path::PathBuf::new()),
+            job_user: berth_agent::user::JobUser::Agent,
+            allow_root_jobs: true,
+            job_shim: Some(env!("CARGO_BIN_EXE_berth-job-shim").into()),
+        },
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn follows_leader_runs_assignments_and_reports() {
     let dir = tempfile::tempdir().unwrap();
@@ -166,6 +197,7 @@ async fn follows_leader_runs_assignments_and_reports() {
     let (set_tx, set_rx) = watch::channel(AssignmentSet {
         applied_index: 1,
         assignments: vec![],
+        ..Default::default()
     });
     let forget_host = Arc::new(AtomicBool::new(false));
     let leader = serve(FakeNode {
@@ -173,6 +205,7 @@ async fn follows_leader_runs_assignments_and_reports() {
         calls: calls_tx.clone(),
         assignments: set_rx.clone(),
         forget_host: forget_host.clone(),
+        term: 1,
     })
     .await;
     let follower = serve(FakeNode {
@@ -180,21 +213,12 @@ async fn follows_leader_runs_assignments_and_reports() {
         calls: calls_tx,
         assignments: set_rx,
         forget_host: forget_host.clone(),
+        term: 0,
     })
     .await;
 
-    let config = Config {
-        host: "t1".into(),
-        // Only the follower is listed: the agent must follow the hint.
-        servers: vec![follower],
-        work_dir: dir.path().to_path_buf(),
-        heartbeat_interval_ms: 1000,
-        stop_grace_s: 30,
-        cpus: Some(2),
-        memory_mb: Some(512),
-        cluster_secret: None,
-        tls_ca: None,
-    };
+    // Only the follower is listed: the agent must follow the hint.
+    let config = agent_config(dir.path(), vec![follower]);
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let agent = tokio::spawn(berth_agent::agent::run(config, async {
         let _ = stop_rx.await;
@@ -215,6 +239,7 @@ async fn follows_leader_runs_assignments_and_reports() {
     set_tx.send_replace(AssignmentSet {
         applied_index: 5,
         assignments: vec![assignment(1, 10, "echo hi > f; exit 3")],
+        ..Default::default()
     });
     assert!(
         matches!(next_report(&mut calls).await, Call::Started(s) if s.alloc_id == 10 && s.host == "t1")
@@ -235,11 +260,13 @@ async fn follows_leader_runs_assignments_and_reports() {
     set_tx.send_replace(AssignmentSet {
         applied_index: 6,
         assignments: vec![assignment(1, 10, "exit 3"), assignment(2, 20, "sleep 100")],
+        ..Default::default()
     });
     assert!(matches!(next_report(&mut calls).await, Call::Started(s) if s.alloc_id == 20));
     set_tx.send_replace(AssignmentSet {
         applied_index: 7,
         assignments: vec![],
+        ..Default::default()
     });
     assert!(matches!(next_report(&mut calls).await,
         Call::Exited(e) if e.alloc_id == 20 && e.signal == libc::SIGTERM));
@@ -255,4 +282,50 @@ async fn follows_leader_runs_assignments_and_reports() {
         .expect("agent stops")
         .unwrap()
         .unwrap();
+}
+
+/// After a leader change the agent meets a dead server, a follower still
+/// naming the dead one, and a node that believes it leads in an older
+/// term: it registers with the leader of the highest term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_with_the_leader_of_the_highest_term() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_set_tx, set_rx) = watch::channel(AssignmentSet {
+        applied_index: 1,
+        ..Default::default()
+    });
+    // A port nobody listens on: the dead old leader.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let node = |leader: Option<String>, term: u64, calls: mpsc::Sender<Call>| FakeNode {
+        leader,
+        calls,
+        assignments: set_rx.clone(),
+        forget_host: Arc::new(AtomicBool::new(false)),
+        term,
+    };
+    let (stale_tx, mut stale_calls) = mpsc::channel(1_000);
+    let (real_tx, mut real_calls) = mpsc::channel(1_000);
+    let (follower_tx, _follower_calls) = mpsc::channel(1_000);
+    let stale = serve(node(None, 3, stale_tx)).await;
+    let real = serve(node(None, 5, real_tx)).await;
+    let follower = serve(node(Some(dead.clone()), 0, follower_tx)).await;
+
+    let config = agent_config(dir.path(), vec![dead, follower, stale, real]);
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let agent = tokio::spawn(berth_agent::agent::run(config, async {
+        let _ = stop_rx.await;
+    }));
+    match next_report(&mut real_calls).await {
+        Call::Register(r) => assert_eq!(r.host, "t1"),
+        other => panic!("expected Register, got {other:?}"),
+    }
+    // The older term's node was asked (a probe) but never registered with.
+    while let Ok(call) = stale_calls.try_recv() {
+        assert_eq!(call, Call::Heartbeat, "the stale leader got {call:?}");
+    }
+    let _ = stop_tx.send(());
+    let _ = tokio::time::timeout(DEADLINE, agent).await;
 }

@@ -23,7 +23,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use berth_proto::api::{JobSpec as ApiJobSpec, SubmitJobRequest};
+use berth_proto::api::SubmitJobRequest;
 use tonic::transport::Channel;
 
 use crate::harness::{self, ClusterOptions, HarnessClient, LocalCluster};
@@ -133,30 +133,6 @@ fn bench_spec() -> berth_scheduler::JobSpec {
         stdout_path: "logs/%x-%j.out".into(),
         comment: "lr sweep 3/12".into(),
         ..Default::default()
-    }
-}
-
-fn spec_to_api(s: &berth_scheduler::JobSpec) -> ApiJobSpec {
-    ApiJobSpec {
-        name: s.name.clone(),
-        user: s.user.clone(),
-        command: s.command.clone(),
-        workdir: s.workdir.clone(),
-        env: s.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        cpus: s.cpus,
-        mem_mb: s.mem_mb,
-        nodes: s.nodes,
-        time_limit_s: s.time_limit_s,
-        partitions: s.partitions.clone(),
-        qos: s.qos.clone(),
-        account: s.account.clone(),
-        gres: s.gres.clone(),
-        stdout_path: s.stdout_path.clone(),
-        stderr_path: s.stderr_path.clone(),
-        requeue: s.requeue,
-        hold: s.hold,
-        nice: s.nice,
-        comment: s.comment.clone(),
     }
 }
 
@@ -571,7 +547,7 @@ pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<()> {
     );
     let warmup = Duration::from_secs(options.warmup_seconds);
     let measure = Duration::from_secs(options.seconds);
-    let spec = spec_to_api(&bench_spec());
+    let spec = berth_node::convert::spec_to_proto(&bench_spec());
     let value = vec![b'x'; value_bytes];
     for (level, &clients) in options.clients.iter().enumerate() {
         let load_before = load_average();

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
 use berth_proto::api::berth_api_client::BerthApiClient;
-use berth_proto::api::{ClusterStatusRequest, ClusterStatusResponse};
+use berth_proto::api::{
+    ClusterStatusRequest, ClusterStatusResponse, JobSpec, SubmitJobRequest, SubmitJobResponse,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
@@ -118,6 +120,8 @@ pub struct LocalCluster {
     nodes: Vec<NodeProc>,
     /// Agent `i` (1-based) is `agents[i - 1]`: its CPUs and its process.
     agents: Vec<(u32, Option<Child>)>,
+    /// More TOML for agent `i`'s config file (see `set_agent_toml`).
+    agent_toml: std::collections::BTreeMap<u32, String>,
 }
 
 /// Knobs for [`LocalCluster::start`].
@@ -220,10 +224,15 @@ impl LocalCluster {
                 voter_toml.clone()
             };
             let metrics_addr = format!("127.0.0.1:{}", free_port()?);
+            // Heartbeat timeout 10 s, berthd's default. Agents find a new
+            // leader by asking every member at once (agent/src/discover.rs);
+            // with it, berth-drill chaos --seed 11 passed with 3 s on this
+            // 2-core machine, where trusting one stale hint once ended live
+            // jobs NODE_FAIL with 5 s. The margin is for loaded CI machines.
             let config = format!(
                 "node_id = {id}\nlisten = \"{addr}\"\nmetrics_listen = \"{metrics_addr}\"\n\
                  data_dir = \"{}\"\nbootstrap = {}\n{member_toml}\n\
-                 [agents]\nheartbeat_interval_ms = 500\nheartbeat_timeout_ms = 5000\nstop_grace_s = 5\n{}",
+                 [agents]\nheartbeat_interval_ms = 500\nheartbeat_timeout_ms = 10000\nstop_grace_s = 5\n{}",
                 dir.join(format!("node-{id}")).display(),
                 *id == 1,
                 options.snapshot_every_entries.map_or(String::new(), |n| format!(
@@ -250,7 +259,27 @@ impl LocalCluster {
             agent_bin,
             nodes,
             agents,
+            agent_toml: std::collections::BTreeMap::new(),
         })
+    }
+
+    /// Appends `toml` (e.g. a `[scheduler]` table) to every node's config
+    /// file; call between [`Self::configure`] and [`Self::start_all`].
+    pub fn append_node_toml(&self, toml: &str) -> Result<(), HarnessError> {
+        use std::io::Write;
+        for node in &self.nodes {
+            let mut file = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&node.config_path)?;
+            writeln!(file, "\n{toml}")?;
+        }
+        Ok(())
+    }
+
+    /// Adds `toml` to agent `i`'s config file from its next start on
+    /// (e.g. `fake_inventory_file`, `[declared]`).
+    pub fn set_agent_toml(&mut self, i: u32, toml: &str) {
+        self.agent_toml.insert(i, toml.to_string());
     }
 
     /// Starts every node and agent that is not running.
@@ -333,7 +362,13 @@ impl LocalCluster {
             .arg(Self::agent_host(i))
             .arg("--work-dir")
             .arg(&work);
-        let mut agent_toml = String::new();
+        // Records for re-adoption under the test's directory (each host in
+        // its own subdirectory); test jobs run as the agent's user, root
+        // included, since the submitters are not users of this machine.
+        let mut agent_toml = format!(
+            "state_dir = \"{}\"\njob_user = \"agent\"\nallow_root_jobs = true\n",
+            self.dir.join("agent-state").display()
+        );
         if cpus > 0 {
             agent_toml.push_str(&format!("cpus = {cpus}\n"));
         }
@@ -344,6 +379,9 @@ impl LocalCluster {
         let secret = self.dir.join("cluster.secret");
         if secret.exists() {
             agent_toml.push_str(&format!("cluster_secret_file = \"{}\"\n", secret.display()));
+        }
+        if let Some(extra) = self.agent_toml.get(&i) {
+            agent_toml.push_str(extra);
         }
         if !agent_toml.is_empty() {
             let config = self.dir.join(format!("agent-{i}.toml"));
@@ -482,6 +520,15 @@ impl LocalCluster {
         Ok((status, body.to_string()))
     }
 
+    /// Process id of node `id` while it runs.
+    pub fn node_pid(&self, id: u64) -> Option<u32> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .and_then(|n| n.child.as_ref())
+            .map(Child::id)
+    }
+
     /// Addresses of the nodes currently running.
     pub fn live_servers(&self) -> Vec<String> {
         self.nodes
@@ -588,6 +635,86 @@ impl LocalCluster {
             leader = Some(status.leader_id);
         }
         leader
+    }
+
+    /// Submits through any live node, retrying on another with the same
+    /// request id (idempotent) every 100 ms while the cluster elects a
+    /// leader, for at most `deadline`; then the last error.
+    pub async fn submit_retrying(
+        &self,
+        request_id: &str,
+        spec: JobSpec,
+        deadline: Duration,
+    ) -> Result<SubmitJobResponse, HarnessError> {
+        let start = Instant::now();
+        loop {
+            let attempt = async {
+                let mut client = self.client().await.map_err(|e| e.to_string())?;
+                client
+                    .submit_job(SubmitJobRequest {
+                        request_id: request_id.into(),
+                        spec: Some(spec.clone()),
+                    })
+                    .await
+                    .map(|r| r.into_inner())
+                    .map_err(|e| e.to_string())
+            };
+            match attempt.await {
+                Ok(answer) => return Ok(answer),
+                Err(e) if start.elapsed() < deadline => {
+                    eprintln!("submit retry: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => {
+                    return Err(HarnessError::Rpc(format!(
+                        "submit failed for {deadline:?}: {e}"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// One job by id, read linearizably through any live node.
+    pub async fn get_job(&self, job_id: u64) -> Result<berth_proto::api::Job, String> {
+        let mut client = self.client().await.map_err(|e| e.to_string())?;
+        client
+            .get_job(berth_proto::api::GetJobRequest {
+                job_id,
+                stale: false,
+            })
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|e| e.to_string())
+    }
+
+    /// Waits up to `deadline` until `done` holds for the job and returns
+    /// it; panics naming `what` and the job's last state otherwise (a test
+    /// helper).
+    pub async fn wait_for_job(
+        &self,
+        job_id: u64,
+        what: &str,
+        deadline: Duration,
+        done: impl Fn(&berth_proto::api::Job) -> bool,
+    ) -> berth_proto::api::Job {
+        let start = Instant::now();
+        let mut last = String::new();
+        while start.elapsed() < deadline {
+            match self.get_job(job_id).await {
+                Ok(job) if done(&job) => return job,
+                Ok(job) => {
+                    last = format!(
+                        "state {:?} reason {} exit {}",
+                        berth_proto::api::JobState::try_from(job.state),
+                        job.reason,
+                        job.exit_code
+                    )
+                }
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("job {job_id} did not reach {what} within {deadline:?}; last seen: {last}");
     }
 
     /// A client for any running node that answers.

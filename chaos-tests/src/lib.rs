@@ -2,5 +2,7 @@
 //! tests run on.
 
 pub mod bench;
+pub mod drill;
 pub mod harness;
+pub mod simulated_hosts;
 pub mod snapshot_transfer;

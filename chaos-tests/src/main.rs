@@ -9,6 +9,14 @@
 //! 1, adds an empty node 2 as a learner and checks that the chunked Raft
 //! snapshot brings it to an identical state (see `snapshot_transfer`).
 //!
+//! `berth-drill simulated-hosts --hosts N --heartbeat-s H --seconds S`
+//! measures the leader's CPU and memory with N simulated hosts (see
+//! `simulated_hosts`).
+//!
+//! `berth-drill chaos --seed S --seconds T --nodes 3|5` runs a workload
+//! while injecting faults on a seeded schedule, then checks the invariants
+//! (see `drill`); it exits 1 when any is violated.
+//!
 //! `berth-drill bench raft-writes` measures acknowledged submits per second
 //! and their latency on a 3-node cluster next to a 3-member etcd (see
 //! `bench`).
@@ -53,6 +61,65 @@ enum Drill {
         #[arg(long, default_value_t = 900)]
         catch_up_deadline_s: u64,
         /// Directory for the stores and logs (default: a temp dir).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Run N simulated hosts heartbeating every H s against a 3-node
+    /// cluster; report the leader's CPU (cores) and RSS over S seconds.
+    SimulatedHosts {
+        /// Simulated hosts.
+        #[arg(long, default_value_t = 10_000)]
+        hosts: u32,
+        /// Their heartbeat period, in seconds.
+        #[arg(long, default_value_t = 5)]
+        heartbeat_s: u64,
+        /// Length of the measurement, in seconds.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Jobs (1 CPU each) submitted once the hosts are registered.
+        #[arg(long, default_value_t = 0)]
+        jobs: u32,
+        /// How long each job "runs" on its simulated host, in seconds.
+        #[arg(long, default_value_t = 30)]
+        job_runtime_s: u64,
+        /// Directory for the cluster's data and logs (default: a temp dir).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Run submitters, cancels and QOS edits while injecting faults
+    /// (leader and follower kills, a paused leader, a restart of every
+    /// node, agent kills) on a seeded schedule; then check the invariants.
+    /// Exits 1 on any violation.
+    Chaos {
+        /// Seed of the workload and the fault schedule.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// How long faults are injected, in seconds.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Inject at least this many faults, even past --seconds (the
+        /// first ones are one of each kind).
+        #[arg(long, default_value_t = 0)]
+        min_faults: usize,
+        /// Voters: 3 or 5.
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// Agents (each declares --agent-cpus CPUs).
+        #[arg(long, default_value_t = 3)]
+        agents: u32,
+        #[arg(long, default_value_t = 4)]
+        agent_cpus: u32,
+        /// Concurrent submitters.
+        #[arg(long, default_value_t = 3)]
+        submitters: u32,
+        /// Longest quiet time between two faults, in ms.
+        #[arg(long, default_value_t = 3_000)]
+        fault_gap_ms: u64,
+        /// Also write the report as JSON to this file.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Directory for the cluster's data and logs (default: a temp dir,
+        /// kept when the drill fails).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -105,7 +172,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("berth-drill: error: {e:#}");
             ExitCode::FAILURE
@@ -113,9 +181,63 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the drill; `Ok(false)` when it ran and found a violation.
+async fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.drill {
-        Drill::Failover { rounds, dir } => failover(rounds, dir).await,
+        Drill::Chaos {
+            seed,
+            seconds,
+            min_faults,
+            nodes,
+            agents,
+            agent_cpus,
+            submitters,
+            fault_gap_ms,
+            json,
+            dir,
+        } => {
+            let tmp = tempfile::tempdir()?;
+            let given = dir.is_some();
+            let work = dir.unwrap_or_else(|| tmp.path().to_path_buf());
+            println!("chaos: cluster and logs under {}", work.display());
+            // A temporary directory goes with the drill unless it failed.
+            let keep = move |tmp: tempfile::TempDir, work: &std::path::Path| {
+                if given {
+                    work.to_path_buf()
+                } else {
+                    tmp.keep()
+                }
+            };
+            let mut opts =
+                berth_chaos::drill::DrillOptions::new(seed, seconds, nodes, work.clone());
+            opts.min_faults = min_faults;
+            opts.agents = agents;
+            opts.agent_cpus = agent_cpus;
+            opts.submitters = submitters;
+            opts.fault_gap_ms = fault_gap_ms;
+            let report = match berth_chaos::drill::run(&opts).await {
+                Ok(report) => report,
+                Err(e) => {
+                    let kept = keep(tmp, &work);
+                    return Err(anyhow::Error::new(e).context(format!(
+                        "the drill did not run to its checks (logs kept in {})",
+                        kept.display()
+                    )));
+                }
+            };
+            println!("{report}");
+            if let Some(path) = json {
+                std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            if !report.passed() {
+                // Keep the logs and stores of a failed drill for a look.
+                let kept = keep(tmp, &work);
+                println!("kept {}", kept.display());
+            }
+            Ok(report.passed())
+        }
+        Drill::Failover { rounds, dir } => failover(rounds, dir).await.map(|()| true),
         Drill::SnapshotTransfer {
             jobs,
             catch_up_deadline_s,
@@ -130,7 +252,32 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await?;
             println!("{report}");
-            Ok(())
+            Ok(true)
+        }
+        Drill::SimulatedHosts {
+            hosts,
+            heartbeat_s,
+            seconds,
+            jobs,
+            job_runtime_s,
+            dir,
+        } => {
+            let tmp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| tmp.path().to_path_buf());
+            std::fs::create_dir_all(&dir)?;
+            println!("simulated-hosts: cluster and logs under {}", dir.display());
+            let (report, _cluster, _simulator) =
+                berth_chaos::simulated_hosts::run(&berth_chaos::simulated_hosts::DrillOptions {
+                    hosts,
+                    heartbeat_s,
+                    seconds,
+                    dir,
+                    jobs,
+                    job_runtime_s,
+                })
+                .await?;
+            println!("{report}");
+            Ok(true)
         }
         Drill::Bench {
             bench:
@@ -142,17 +289,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     berth_only,
                     dir,
                 },
-        } => {
-            berth_chaos::bench::raft_writes(&berth_chaos::bench::BenchOptions {
-                clients,
-                seconds,
-                warmup_seconds,
-                target: to,
-                dir,
-                berth_only,
-            })
-            .await
-        }
+        } => berth_chaos::bench::raft_writes(&berth_chaos::bench::BenchOptions {
+            clients,
+            seconds,
+            warmup_seconds,
+            target: to,
+            dir,
+            berth_only,
+        })
+        .await
+        .map(|()| true),
     }
 }
 

@@ -137,12 +137,18 @@ async fn only_authenticated_and_authorized_callers_are_served() {
     let eve_token = cluster.token("eve", false, 3600).expect("token");
     let mut eve = client(&cluster, Some(&eve_token)).await;
     let no = eve
-        .cancel_job(CancelJobRequest { job_id: job })
+        .cancel_job(CancelJobRequest {
+            job_id: job,
+            only_task: false,
+        })
         .await
         .expect_err("eve cancels bob's job");
     assert_eq!(no.code(), Code::PermissionDenied);
     admin
-        .cancel_job(CancelJobRequest { job_id: job })
+        .cancel_job(CancelJobRequest {
+            job_id: job,
+            only_task: false,
+        })
         .await
         .expect("admin cancels");
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use berth_chaos::harness::{connect, status_of, tool, ClusterOptions, LocalCluster};
 use berth_proto::api::{
     Account, CancelJobRequest, GetJobRequest, JobSpec, JobState, ListAccountsRequest,
-    ListJobsRequest, ListQosRequest, Qos, SubmitJobRequest,
+    ListJobsRequest, ListQosRequest, Qos,
 };
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
@@ -42,36 +42,19 @@ fn text(output: &Output) -> String {
 }
 
 async fn submit(cluster: &LocalCluster, request_id: &str, command: &str) -> (u64, bool) {
-    let start = Instant::now();
-    loop {
-        let attempt = async {
-            let mut client = cluster.client().await.map_err(|e| e.to_string())?;
-            client
-                .submit_job(SubmitJobRequest {
-                    request_id: request_id.into(),
-                    spec: Some(JobSpec {
-                        name: "backup".into(),
-                        user: "tester".into(),
-                        command: command.into(),
-                        cpus: 1,
-                        ..Default::default()
-                    }),
-                })
-                .await
-                .map(|r| {
-                    let r = r.into_inner();
-                    (r.job_id, r.duplicate)
-                })
-                .map_err(|e| e.to_string())
-        };
-        match attempt.await {
-            Ok(answer) => return answer,
-            Err(e) if start.elapsed() < JOB_DEADLINE => {
-                eprintln!("submit retry: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("submit failed for {JOB_DEADLINE:?}: {e}"),
-        }
+    let spec = JobSpec {
+        name: "backup".into(),
+        user: "tester".into(),
+        command: command.into(),
+        cpus: 1,
+        ..Default::default()
+    };
+    match cluster
+        .submit_retrying(request_id, spec, JOB_DEADLINE)
+        .await
+    {
+        Ok(answer) => (answer.job_id, answer.duplicate),
+        Err(e) => panic!("{e}"),
     }
 }
 
@@ -155,7 +138,10 @@ async fn backup_restores_into_a_fresh_three_node_cluster() {
     wait_for_state(&old, long, JobState::Running).await;
     let mut client = old.client().await.expect("client");
     client
-        .cancel_job(CancelJobRequest { job_id: long })
+        .cancel_job(CancelJobRequest {
+            job_id: long,
+            only_task: false,
+        })
         .await
         .expect("cancel");
     wait_for_state(&old, long, JobState::Cancelled).await;

@@ -5,10 +5,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use berth_chaos::harness::connect;
 use berth_chaos::harness::{status_of, ClusterOptions, LocalCluster};
 use berth_proto::api::{
-    Account, GetJobRequest, JobSpec, JobState, Limits, ListJobsRequest, ListQosRequest, Qos,
-    SubmitJobRequest, WatchJobEventsRequest,
+    Account, GetJobRequest, GetPrioritiesRequest, JobSpec, JobState, Limits, ListJobsRequest,
+    ListQosRequest, Qos, SubmitJobRequest, WatchJobEventsRequest,
 };
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
@@ -38,34 +39,20 @@ async fn submit_with_limit(
     command: &str,
     time_limit_s: u64,
 ) -> u64 {
-    let start = Instant::now();
-    loop {
-        let attempt = async {
-            let mut client = cluster.client().await.map_err(|e| e.to_string())?;
-            client
-                .submit_job(SubmitJobRequest {
-                    request_id: request_id.into(),
-                    spec: Some(JobSpec {
-                        name: "e2e".into(),
-                        user: "tester".into(),
-                        command: command.into(),
-                        cpus: 1,
-                        time_limit_s,
-                        ..Default::default()
-                    }),
-                })
-                .await
-                .map(|r| r.into_inner().job_id)
-                .map_err(|e| e.to_string())
-        };
-        match attempt.await {
-            Ok(id) => return id,
-            Err(e) if start.elapsed() < JOB_DEADLINE => {
-                eprintln!("submit retry: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("submit failed for {JOB_DEADLINE:?}: {e}"),
-        }
+    let spec = JobSpec {
+        name: "e2e".into(),
+        user: "tester".into(),
+        command: command.into(),
+        cpus: 1,
+        time_limit_s,
+        ..Default::default()
+    };
+    match cluster
+        .submit_retrying(request_id, spec, JOB_DEADLINE)
+        .await
+    {
+        Ok(answer) => answer.job_id,
+        Err(e) => panic!("{e}"),
     }
 }
 
@@ -268,8 +255,10 @@ async fn restart_of_all_nodes_keeps_jobs_and_id_counter() {
 }
 
 /// Invariant 6: an agent that restarts after kill -9 does not run the
-/// allocation its predecessor was running a second time; the job ends
-/// NODE_FAIL, and the host takes new work.
+/// allocation its predecessor was running a second time: it re-adopts it
+/// from its state directory, the job ends COMPLETED once, and the host
+/// takes new work. (A job that died while the agent was down ends
+/// NODE_FAIL: `agent_jobs.rs`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_agent_never_runs_a_job_twice() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -293,14 +282,14 @@ async fn restarted_agent_never_runs_a_job_twice() {
 
     cluster.kill_agent(1).expect("kill agent");
     cluster.start_agent(1).expect("restart agent");
-    wait_for_state(&cluster, job, JobState::NodeFail).await;
+    wait_for_state(&cluster, job, JobState::Completed).await;
 
     // The host is back in service: a new job runs to completion.
     let after = submit(&cluster, "after-agent-restart", "exit 0").await;
     wait_for_state(&cluster, after, JobState::Completed).await;
 
-    // The orphaned first run finishes on its own; a second run would have
-    // been launched right after the restart, so by now it would show.
+    // The re-adopted run finished; a second run would have been launched
+    // right after the restart, so by now it would show.
     let deadline = Instant::now() + JOB_DEADLINE;
     while !read_output(&starts).contains("ended") && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -331,11 +320,8 @@ async fn restarted_agent_never_runs_a_job_twice() {
         1,
         "{kinds:?}"
     );
-    assert_eq!(
-        kinds.last().map(String::as_str),
-        Some("node-fail"),
-        "{kinds:?}"
-    );
+    assert_eq!(kinds.last().map(String::as_str), Some("ended"), "{kinds:?}");
+    assert!(!kinds.iter().any(|k| k == "node-fail"), "{kinds:?}");
 }
 
 /// A job past its time limit is stopped by its agent (SIGTERM to its
@@ -455,6 +441,88 @@ async fn qos_limits_hold_jobs_until_raised() {
     assert_eq!(listed[0].limits.as_ref().and_then(|l| l.grp_jobs), Some(2));
 }
 
+/// A pending job's priority and its parts reach the API from the leader's
+/// last pass: through every node (followers hand the call to the leader),
+/// in GetPriorities and in the job's own `priority`. The account's admin
+/// priority is added as it is (sprio's SITE), so with the default weights
+/// (age only, one unit per hour) a fresh job's total is exactly that.
+#[tokio::test(flavor = "multi_thread")]
+async fn pending_job_priority_reaches_the_api() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (cluster, _) = started_cluster(&tmp).await;
+    let mut client = cluster.client().await.expect("client");
+    client
+        .upsert_account(Account {
+            name: "lab".into(),
+            users: vec!["tester".into()],
+            priority: 40,
+            ..Default::default()
+        })
+        .await
+        .expect("upsert account");
+    let job_id = client
+        .submit_job(SubmitJobRequest {
+            request_id: "prio-1".into(),
+            spec: Some(JobSpec {
+                user: "tester".into(),
+                account: "lab".into(),
+                command: "true".into(),
+                cpus: 1,
+                hold: true,
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("submit")
+        .into_inner()
+        .job_id;
+    wait_for_job(&cluster, job_id, "priority 40", |job| job.priority == 40).await;
+
+    for addr in cluster.live_servers() {
+        let start = Instant::now();
+        let factors = loop {
+            let answer = match connect(&addr).await {
+                Ok(mut c) => c
+                    .get_priorities(GetPrioritiesRequest {
+                        job_ids: vec![job_id],
+                        user: String::new(),
+                    })
+                    .await
+                    .map(|r| r.into_inner().jobs)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match answer {
+                Ok(jobs) if !jobs.is_empty() => break jobs,
+                other if start.elapsed() < JOB_DEADLINE => {
+                    eprintln!("{addr}: {other:?}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => panic!("{addr}: no priorities within {JOB_DEADLINE:?}: {other:?}"),
+            }
+        };
+        assert_eq!(factors.len(), 1, "{addr}: {factors:?}");
+        let f = &factors[0];
+        assert_eq!(
+            (f.job_id, f.user.as_str(), f.account.as_str()),
+            (job_id, "tester", "lab"),
+            "{addr}"
+        );
+        assert_eq!((f.site, f.total, f.age, f.nice), (40, 40, 0, 0), "{addr}");
+    }
+    let mut client = cluster.client().await.expect("client");
+    let others = client
+        .get_priorities(GetPrioritiesRequest {
+            job_ids: Vec::new(),
+            user: "nobody".into(),
+        })
+        .await
+        .expect("get priorities")
+        .into_inner()
+        .jobs;
+    assert!(others.is_empty(), "{others:?}");
+}
+
 /// Requeue with hold stops the running job on its host (the agent carries
 /// out the stop) and brings it back pending and held with the same id; a
 /// release lets it run again under a new allocation.
@@ -480,6 +548,7 @@ async fn requeue_hold_and_release_a_running_job() {
         job_id: job,
         action: action as i32,
         admin: false,
+        ..Default::default()
     };
     let refused = client
         .control_job(control(Action::Hold))

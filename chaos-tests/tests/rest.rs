@@ -185,8 +185,24 @@ async fn rest_api_submits_reads_lists_explains_and_cancels() {
     );
     assert_eq!(status, 400, "the service's own validation: {refused}");
     let (status, reservations) = call(&cluster, leader, "GET", "/v1/reservations", "");
-    assert_eq!(status, 501, "{reservations}");
-    assert_eq!(reservations["code"], "unimplemented");
+    assert_eq!(status, 200, "{reservations}");
+    assert_eq!(reservations["reservations"], serde_json::json!([]));
+    // A reservation is validated by the state machine; its words come back.
+    let (status, refused) = call(
+        &cluster,
+        leader,
+        "PUT",
+        "/v1/reservations/maint",
+        r#"{"hosts":["no-such-host"],"start_ms":1,"end_ms":99999999999999}"#,
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("no host named no-such-host"),
+        "{refused}"
+    );
 
     // Policy objects, through a follower.
     let (status, put) = call(

@@ -13,8 +13,9 @@ use crate::error::ClientError;
 use berth_proto::api::{
     BackupChunk, BackupStateRequest, CancelJobRequest, CancelJobResponse, ClusterStatusRequest,
     ClusterStatusResponse, ControlJobRequest, ControlJobResponse, ExplainJobRequest,
-    ExplainJobResponse, GetJobRequest, Job, JobEvent, ListJobsRequest, ListJobsResponse,
-    SubmitJobRequest, SubmitJobResponse, WatchJobEventsRequest,
+    ExplainJobResponse, GetJobRequest, GetPrioritiesRequest, GetPrioritiesResponse, Job, JobEvent,
+    ListJobsRequest, ListJobsResponse, SubmitJobRequest, SubmitJobResponse, UpdateJobRequest,
+    UpdateJobResponse, WatchJobEventsRequest,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -167,8 +168,21 @@ impl Cluster {
     }
 
     /// Cancels a job; returns the state it was in.
+    /// Cancels a job; an array's id cancels every task of the array.
     pub async fn cancel_job(&mut self, job_id: u64) -> Result<CancelJobResponse, ClientError> {
-        self.call(|mut c| async move { c.cancel_job(CancelJobRequest { job_id }).await })
+        self.cancel(CancelJobRequest {
+            job_id,
+            only_task: false,
+        })
+        .await
+    }
+
+    /// Cancels as asked (`only_task`: just the task an array's id names).
+    pub async fn cancel(
+        &mut self,
+        request: CancelJobRequest,
+    ) -> Result<CancelJobResponse, ClientError> {
+        self.call(|mut c| async move { c.cancel_job(request).await })
             .await
     }
 
@@ -179,6 +193,19 @@ impl Cluster {
     ) -> Result<ControlJobResponse, ClientError> {
         self.call(|mut c| async move { c.control_job(request).await })
             .await
+    }
+
+    /// Change a submitted job (`scontrol update`).
+    pub async fn update_job(
+        &mut self,
+        request: UpdateJobRequest,
+    ) -> Result<UpdateJobResponse, ClientError> {
+        // A retry sends the same values again, which changes nothing more.
+        self.call(|mut c| {
+            let request = request.clone();
+            async move { c.update_job(request).await }
+        })
+        .await
     }
 
     /// One job, read through the leader (not stale).
@@ -201,6 +228,18 @@ impl Cluster {
         self.call(|mut c| {
             let request = request.clone();
             async move { c.list_jobs(request).await }
+        })
+        .await
+    }
+
+    /// Pending jobs' priority parts at the leader's last pass (sprio).
+    pub async fn get_priorities(
+        &mut self,
+        request: GetPrioritiesRequest,
+    ) -> Result<GetPrioritiesResponse, ClientError> {
+        self.call(|mut c| {
+            let request = request.clone();
+            async move { c.get_priorities(request).await }
         })
         .await
     }

@@ -26,6 +26,9 @@ pub fn job_json(job: &Job) -> Value {
         "exit_signal": job.exit_signal,
         "alloc_id": job.alloc_id,
         "priority": job.priority,
+        "borrowed": job.borrowed,
+        "predicted_start_ms": job.predicted_start_ms,
+        "alternative": job.alternative,
         "spec": spec_json(&job.spec.clone().unwrap_or_default()),
     })
 }
@@ -53,6 +56,13 @@ pub fn spec_json(spec: &JobSpec) -> Value {
         "hold": spec.hold,
         "nice": spec.nice,
         "comment": spec.comment,
+        "alternatives": spec.alternatives.iter().map(|a| json!({
+            "gres": a.gres,
+            "cpus": a.cpus,
+            "mem_mb": a.mem_mb,
+            "nodes": a.nodes,
+            "partition": a.partition,
+        })).collect::<Vec<Value>>(),
     })
 }
 

@@ -5,22 +5,37 @@
 //!   leader failover (any node accepts every call; followers forward
 //!   writes to the leader).
 //! - [`servers_from`]: the server list from `--server` / `BERTH_SERVER`.
-//! - [`time`], [`mem`], [`state`], [`export`], [`script`]: Slurm's input
-//!   formats (`-t`, `--mem`, `-t` states, `--export`, `#SBATCH` lines).
+//! - [`time`], [`mem`], [`state`], [`export`], [`script`], [`begin`]: Slurm's
+//!   input formats (`-t`, `--mem`, `-t` states, `--export`, `#SBATCH`
+//!   lines, `--begin`).
 //! - [`queue`], [`show`], [`json`]: output as squeue, scontrol, or JSON.
+//! - [`squeue_format`], [`sacct`], [`sinfo`], [`sacctmgr`], [`hostlist`]:
+//!   squeue -o/-O, sacct, sinfo and scontrol show node/partition, sacctmgr's
+//!   words, Slurm's compressed host lists.
 //! - [`backup`]: receiving a backup stream into a file atomically.
 
+pub mod alt;
+pub mod array_ids;
 pub mod backup;
+pub mod begin;
 pub mod cluster;
+pub mod cluster_admin;
+pub mod config_file;
 pub mod connect;
 pub mod error;
 pub mod export;
+pub mod hostlist;
 pub mod json;
 pub mod mem;
 pub mod queue;
+pub mod reservation;
+pub mod sacct;
+pub mod sacctmgr;
 pub mod script;
 pub mod servers;
 pub mod show;
+pub mod sinfo;
+pub mod squeue_format;
 pub mod state;
 pub mod time;
 pub mod user;

@@ -51,7 +51,7 @@ pub fn format_squeue_row(job: &Job, now_ms: u64) -> String {
         job.hosts.len()
     };
     [
-        fit(&job.job_id.to_string(), 18),
+        fit(&crate::array_ids::display_id(job), 18),
         fit(partition, 9),
         fit(&spec.name, 8),
         fit(&spec.user, 8),

@@ -8,7 +8,7 @@ use crate::mem::format_mem_mb;
 use crate::queue::{elapsed_s, DEFAULT_PARTITION};
 use crate::state::{job_state, state_name};
 use crate::time::{format_elapsed, format_time_limit};
-use berth_proto::api::Job;
+use berth_proto::api::{Job, ResourceSet};
 
 /// The job's details, one "   Key=Value Key=Value" line per group,
 /// ending in '\n'. `now_ms` is the wall clock for a running job's RunTime.
@@ -24,7 +24,20 @@ pub fn format_job_details(job: &Job, now_ms: u64) -> String {
         vec![
             ("JobId", job.job_id.to_string()),
             ("JobName", null(&spec.name)),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            (spec.array_job_id != 0)
+                .then(|| {
+                    [
+                        ("ArrayJobId", spec.array_job_id.to_string()),
+                        ("ArrayTaskId", spec.array_task_id.to_string()),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
+        .collect(),
         vec![
             ("UserId", null(&spec.user)),
             ("Account", null(&spec.account)),
@@ -68,10 +81,33 @@ pub fn format_job_details(job: &Job, now_ms: u64) -> String {
             ("StdErr", null(&spec.stderr_path)),
         ],
         vec![("Comment", null(&spec.comment))],
+        vec![
+            ("Dependency", null(&spec.dependency)),
+            ("BeginTime", timestamp(spec.begin_ms)),
+            ("Reservation", null(&spec.reservation)),
+        ],
+        vec![
+            ("Features", null(&spec.features.join("&"))),
+            // Slurm's word for an --exclusive job's whole hosts.
+            (
+                "OverSubscribe",
+                if spec.exclusive { "NO" } else { "OK" }.to_string(),
+            ),
+            ("Preemptible", u8::from(spec.preemptible).to_string()),
+        ],
         vec![("ReasonText", null(&job.reason_text))],
     ];
+    // After the job's own resources (line 8): its sets and the one its
+    // run got, only for a job that has any.
+    let alternatives = (!spec.alternatives.is_empty())
+        .then(|| alternatives_line(&spec.alternatives, job.alternative));
     let mut out = String::new();
     for (i, words) in lines.iter().enumerate() {
+        if let Some(alt) = alternatives.as_ref().filter(|_| i == 8) {
+            out.push_str("   ");
+            out.push_str(alt);
+            out.push('\n');
+        }
         if i > 0 {
             out.push_str("   ");
         }
@@ -80,6 +116,31 @@ pub fn format_job_details(job: &Job, now_ms: u64) -> String {
         out.push('\n');
     }
     out
+}
+
+/// `Alternatives=2 AltChosen=2 Alt1=cpus=64,mem=0 Alt2=cpus=1,mem=512M,gres=emu:zebu:1`:
+/// every set in order and the one the current (or last) run got
+/// (`(null)` before it started).
+fn alternatives_line(sets: &[ResourceSet], chosen: u32) -> String {
+    let chosen = if chosen == 0 {
+        "(null)".to_string()
+    } else {
+        chosen.to_string()
+    };
+    let mut line = format!("Alternatives={} AltChosen={chosen}", sets.len());
+    for (i, set) in sets.iter().enumerate() {
+        // 0 (the site default) as a number: a word may hold no spaces.
+        let mem = if set.mem_mb == 0 {
+            "0".to_string()
+        } else {
+            format_mem_mb(set.mem_mb)
+        };
+        line.push_str(&format!(" Alt{}=cpus={},mem={mem}", i + 1, set.cpus.max(1)));
+        if !set.gres.is_empty() {
+            line.push_str(&format!(",gres={}", set.gres.join(",")));
+        }
+    }
+    line
 }
 
 fn null(value: &str) -> String {
@@ -200,6 +261,64 @@ mod tests {
         );
         assert_eq!(lines[8], "   Command=python train.py");
         assert!(text.ends_with("ReasonText=(null)\n"));
+        assert_eq!(
+            lines[12],
+            "   Dependency=(null) BeginTime=Unknown Reservation=(null)"
+        );
+        assert_eq!(
+            lines[13],
+            "   Features=(null) OverSubscribe=OK Preemptible=0"
+        );
+        assert!(!text.contains("Alternatives="));
+        let mut spec = job.spec.clone().unwrap_or_default();
+        spec.alternatives = vec![
+            ResourceSet {
+                cpus: 64,
+                ..Default::default()
+            },
+            ResourceSet {
+                cpus: 2,
+                mem_mb: 512,
+                gres: vec!["emu:zebu:1".into()],
+                ..Default::default()
+            },
+        ];
+        let shown = format_job_details(
+            &Job {
+                spec: Some(spec),
+                alternative: 2,
+                ..job.clone()
+            },
+            0,
+        );
+        let lines: Vec<&str> = shown.lines().collect();
+        assert_eq!(
+            lines[8],
+            "   Alternatives=2 AltChosen=2 Alt1=cpus=64,mem=0 Alt2=cpus=2,mem=512M,gres=emu:zebu:1"
+        );
+        assert_eq!(lines[9], "   Command=python train.py");
+        let mut spec = job.spec.clone().unwrap_or_default();
+        spec.dependency = "afterok:3".into();
+        spec.begin_ms = 1_700_000_000_000;
+        spec.features = vec!["ib".into(), "nvlink".into()];
+        spec.exclusive = true;
+        spec.preemptible = true;
+        let text = format_job_details(
+            &Job {
+                spec: Some(spec),
+                ..job
+            },
+            0,
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[12],
+            "   Dependency=afterok:3 BeginTime=2023-11-14T22:13:20Z Reservation=(null)"
+        );
+        assert_eq!(
+            lines[13],
+            "   Features=ib&nvlink OverSubscribe=NO Preemptible=1"
+        );
     }
 
     #[test]

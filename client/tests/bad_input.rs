@@ -137,6 +137,37 @@ fn a_bad_sbatch_directive_is_refused_before_connecting() {
 }
 
 #[test]
+fn a_bad_alternative_key_is_refused_in_sbatch_words_before_connecting() {
+    let sbatch = linked_as("sbatch");
+    let out = run(
+        &sbatch,
+        &[
+            "--server",
+            "127.0.0.1:1",
+            "--wrap",
+            "true",
+            "--alt=gres=emu:zebu:2,cpu=8",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim_end(),
+        "sbatch: error: invalid --alt \"gres=emu:zebu:2,cpu=8\": unknown key \"cpu\": expected gres, cpus, mem, nodes or partition"
+    );
+    let script = sbatch.with_file_name("alt.sh");
+    std::fs::write(&script, "#!/bin/sh\n#SBATCH --alt=cpus=0\necho hi\n").expect("write");
+    let out = run(
+        &sbatch,
+        &["--server", "127.0.0.1:1", script.to_str().expect("utf-8")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).trim_end(),
+        "sbatch: error: invalid --alt \"cpus=0\": cpus=0: expected a number at least 1"
+    );
+}
+
+#[test]
 fn squeue_takes_h_for_noheader_and_scancel_needs_ids() {
     let squeue = linked_as("squeue");
     let out = run(&squeue, &["-h", "--server", "127.0.0.1:1"]);
@@ -149,6 +180,7 @@ fn squeue_takes_h_for_noheader_and_scancel_needs_ids() {
     let out = run(&scancel, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).starts_with("scancel: error: "));
-    let out = run(&scancel, &["12_3"]);
+    // An array task (12_3) is a job reference now; a step is not.
+    let out = run(&scancel, &["12.0"]);
     assert!(stderr(&out).contains("job arrays and steps are not supported yet"));
 }

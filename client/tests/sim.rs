@@ -34,15 +34,21 @@ fn run_prints_the_scenario_event_stream() {
 }
 
 #[test]
-fn unsupported_keys_fail_naming_file_and_key() {
-    let scenario = format!("{SCENARIOS}/unsupported/preempt-urgent.toml");
-    let out = berth(&["sim", "run", "--scenario", &scenario]);
+fn unknown_keys_fail_naming_file_and_key() {
+    // Every key of the format is implemented now; an unknown one is refused.
+    let dir = std::env::temp_dir().join(format!("berth-sim-unknown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let scenario = dir.join("s.toml");
+    std::fs::write(&scenario, "colour = 1\n").unwrap_or_else(|e| panic!("{e}"));
+    let path = scenario.display().to_string();
+    let out = berth(&["sim", "run", "--scenario", &path]);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        format!("berth: error: {scenario}: scheduler.preemption_enabled is not supported by this simulator yet\n")
+        format!("berth: error: {path}: unknown key colour\n")
     );
     assert!(out.stdout.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -155,4 +161,32 @@ fn swf_plot_writes_an_svg_with_both_series_and_no_bar_off_a_terminal() {
         assert!(svg.contains(series), "{series} missing");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn farm_prints_single_then_multi_path_figures() {
+    let out = berth(&[
+        "sim",
+        "farm",
+        "--groups",
+        "12",
+        "--long-jobs",
+        "30",
+        "--alternatives",
+        "10",
+        "--filler-jobs",
+        "200",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["multi_path"].as_bool(), Some(false));
+    assert_eq!(lines[1]["multi_path"].as_bool(), Some(true));
+    assert_eq!(lines[1]["long_started"].as_u64(), Some(30));
+    let bad = berth(&["sim", "farm", "--groups", "4", "--alternatives", "10"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(text(&bad.stderr).contains("groups >= alternatives"));
 }

@@ -29,12 +29,20 @@ pub struct AgentServiceImpl {
 }
 
 impl AgentServiceImpl {
-    fn require_leader(&self) -> Result<(), Status> {
-        if self.node.is_leader() {
-            return Ok(());
+    /// The term of this node's leadership, confirmed by a recent quorum
+    /// acknowledgement; otherwise the "not leader" error naming the leader
+    /// this node knows, if another.
+    fn require_leader(&self) -> Result<u64, Status> {
+        if let Some(term) = self.node.confirmed_leader_term() {
+            return Ok(term);
         }
+        let me = self.node.id;
         Err(ProposeError::NotLeader {
-            leader_addr: self.node.leader().map(|(_, a)| a),
+            leader_addr: self
+                .node
+                .leader()
+                .filter(|(id, _)| *id != me)
+                .map(|(_, a)| a),
         }
         .into())
     }
@@ -68,6 +76,13 @@ impl AgentService for AgentServiceImpl {
         self.require_leader()?;
         let req = request.into_inner();
         valid_host(&req.host)?;
+        if req.drain_reason.len() > berth_raft_store::HOST_DRAIN_REASON_BYTES_MAX {
+            return Err(Status::invalid_argument(format!(
+                "drain_reason is {} bytes, at most {} are accepted",
+                req.drain_reason.len(),
+                berth_raft_store::HOST_DRAIN_REASON_BYTES_MAX
+            )));
+        }
         let inventory = req
             .inventory
             .as_ref()
@@ -79,6 +94,7 @@ impl AgentService for AgentServiceImpl {
             agent_restarted: req.agent_restarted,
             running_allocs: req.running.iter().map(|r| r.alloc_id).collect(),
             now_ms: 0,
+            drain_reason: req.drain_reason.clone(),
         };
         match self.node.propose(command).await? {
             SmResponse::HostRegistered => {}
@@ -86,7 +102,16 @@ impl AgentService for AgentServiceImpl {
             other => return Err(Status::internal(format!("unexpected answer {other:?}"))),
         }
         self.node.liveness.heard_from(&req.host, Instant::now());
-        tracing::info!(host = %req.host, running = req.running.len(), "agent registered");
+        if req.drain_reason.is_empty() {
+            tracing::info!(host = %req.host, running = req.running.len(), "agent registered");
+        } else {
+            tracing::warn!(
+                host = %req.host,
+                running = req.running.len(),
+                reason = %req.drain_reason,
+                "agent registered and drained its host"
+            );
+        }
         Ok(Response::new(RegisterResponse {
             heartbeat_interval_ms: self.node.config.agents.heartbeat_interval_ms,
             log_index: *self.node.applied.borrow(),
@@ -97,13 +122,13 @@ impl AgentService for AgentServiceImpl {
         &self,
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatResponse>, Status> {
-        self.require_leader()?;
+        let term = self.require_leader()?;
         let req = request.into_inner();
         let known = self.node.read(|s| s.data.hosts.contains_key(&req.host));
         if known {
             self.node.liveness.heard_from(&req.host, Instant::now());
         }
-        Ok(Response::new(HeartbeatResponse { known }))
+        Ok(Response::new(HeartbeatResponse { known, term }))
     }
 
     type WatchAssignmentsStream = AssignmentStream;
@@ -119,7 +144,7 @@ impl AgentService for AgentServiceImpl {
         let node = self.node.clone();
         tokio::spawn(async move {
             let mut applied = node.applied.clone();
-            let mut last_sent: Option<Vec<u64>> = None;
+            let mut last_sent: Option<(Vec<Assignment>, Vec<u64>)> = None;
             loop {
                 if !node.is_leader() {
                     let _ = tx
@@ -133,7 +158,13 @@ impl AgentService for AgentServiceImpl {
                     return;
                 }
                 let set = assignment_set(&node, &host);
-                let ids: Vec<u64> = set.assignments.iter().map(|a| a.alloc_id).collect();
+                // Any change but the index is worth a new set: an
+                // allocation added or stopped, and also a signal asked for
+                // a running one or its time limit changed.
+                let ids: (Vec<Assignment>, Vec<u64>) = (
+                    set.assignments.clone(),
+                    set.stopping.iter().map(|a| a.alloc_id).collect(),
+                );
                 if last_sent.as_ref() != Some(&ids) {
                     if tx.send(Ok(set)).await.is_err() {
                         return;
@@ -204,7 +235,7 @@ impl AgentService for AgentServiceImpl {
 
 /// What should run on `host`, read from the applied (so committed) state.
 fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
-    let stop_grace_s = node.config.agents.stop_grace_s;
+    let default_grace_s = node.config.agents.stop_grace_s;
     node.read(|s| AssignmentSet {
         applied_index: s.applied_index(),
         assignments: s
@@ -212,6 +243,23 @@ fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
             .into_iter()
             .filter_map(|r| {
                 let alloc = r.job.alloc.as_ref()?;
+                // The stored spec names its resolved QOS (set at submit).
+                let stop_grace_s = s
+                    .data
+                    .policy
+                    .qos
+                    .get(&r.job.spec.qos)
+                    .and_then(|q| q.grace_time_s)
+                    .unwrap_or(default_grace_s);
+                let emulator_kind = if alloc.resources.emu > 0 {
+                    r.job
+                        .spec
+                        .shape()
+                        .map(|shape| shape.emu_kind)
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                };
                 Some(Assignment {
                     job_id: r.job.id,
                     alloc_id: alloc.alloc_id,
@@ -221,6 +269,33 @@ fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
                     hosts: vec![alloc.host.clone()],
                     start_ms: alloc.start_ms,
                     stop_grace_s,
+                    gpu_indices: alloc.gpu_indices.clone(),
+                    emulator_units: alloc.resources.emu,
+                    emulator_kind,
+                    restart_count: r.job.restarts,
+                    signals: r
+                        .signals
+                        .iter()
+                        .filter(|sig| sig.alloc_id == alloc.alloc_id)
+                        .map(|sig| SignalRequest {
+                            seq: sig.seq,
+                            signal: sig.signal,
+                            batch_only: sig.batch_only,
+                        })
+                        .collect(),
+                })
+            })
+            .collect(),
+        // Only the ids: the agent needs nothing else to report an
+        // allocation it never received as ended.
+        stopping: s
+            .stopping_on(host)
+            .into_iter()
+            .filter_map(|r| {
+                Some(Assignment {
+                    job_id: r.job.id,
+                    alloc_id: r.job.alloc.as_ref()?.alloc_id,
+                    ..Assignment::default()
                 })
             })
             .collect(),

@@ -17,7 +17,9 @@ use berth_raft_store::{
     state::validate_submit, Command, Response as SmResponse, StateMachineStore,
 };
 use berth_scheduler::explain::explain_hosts;
+use berth_scheduler::priority::PriorityBreakdown;
 use berth_scheduler::JobState as SmJobState;
+use berth_scheduler::{HostState, Lack};
 use futures::Stream;
 use openraft::BasicNode;
 use tokio_stream::wrappers::ReceiverStream;
@@ -55,11 +57,14 @@ impl ApiService {
     /// Proposes a policy change; a refusal comes back as INVALID_ARGUMENT
     /// with the state machine's words.
     async fn set_policy(&self, change: PolicyChange) -> Result<Response<AdminResponse>, Status> {
-        match self
-            .node
-            .propose(Command::SetPolicy { change, now_ms: 0 })
-            .await?
-        {
+        self.propose_admin(Command::SetPolicy { change, now_ms: 0 })
+            .await
+    }
+
+    /// Proposes an admin change (policy, reservations) and answers with
+    /// the index it was applied at, or the state machine's refusal.
+    async fn propose_admin(&self, command: Command) -> Result<Response<AdminResponse>, Status> {
+        match self.node.propose(command).await? {
             SmResponse::PolicySet => Ok(Response::new(AdminResponse {
                 log_index: self.node.read(|s| s.applied_index()),
             })),
@@ -130,6 +135,23 @@ impl ApiService {
             if let Some(detail) = details.get(&record.job.id) {
                 job.reason_text = format!("{}: {detail}", job.reason_text);
             }
+            drop(details);
+            let starts = self
+                .node
+                .last_starts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            job.predicted_start_ms = starts.get(&record.job.id).copied().unwrap_or(0);
+            drop(starts);
+            let priorities = self
+                .node
+                .last_priorities
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            job.priority = priorities
+                .get(&record.job.id)
+                .map(convert::priority_value)
+                .unwrap_or(0);
         }
         job
     }
@@ -139,6 +161,15 @@ impl ApiService {
             .read(|s| s.job(job_id).map(|r| self.job_to_proto(r)))
             .ok_or_else(|| Status::not_found(format!("job {job_id} does not exist")))
     }
+}
+
+/// Whether a job submitted at `submit_ms` and ended at `end_ms` (0: not
+/// yet) was active at some time in `[since_ms, until_ms]`; a bound of 0
+/// is no bound.
+pub fn active_in(submit_ms: u64, end_ms: u64, since_ms: u64, until_ms: u64) -> bool {
+    let after_since = since_ms == 0 || end_ms == 0 || end_ms >= since_ms;
+    let before_until = until_ms == 0 || submit_ms <= until_ms;
+    after_since && before_until
 }
 
 fn rejected(reason: String) -> Status {
@@ -186,13 +217,25 @@ impl BerthApi for ApiService {
         request: Request<CancelJobRequest>,
     ) -> Result<Response<CancelJobResponse>, Status> {
         let caller = self.caller(&request)?;
-        let job_id = request.into_inner().job_id;
+        let CancelJobRequest { job_id, only_task } = request.into_inner();
         self.require_job_owner(&caller, job_id, "cancel")?;
-        match self
-            .node
-            .propose(Command::CancelJob { job_id, now_ms: 0 })
-            .await?
-        {
+        // An array's id names the whole array (scancel 12), unless only
+        // that task was asked for (scancel 12_0). Every task has the same
+        // owner, so the check above covers them all.
+        let whole_array = !only_task
+            && self.node.read(|s| {
+                s.job(job_id)
+                    .is_some_and(|r| r.job.spec.array_job_id == job_id)
+            });
+        let command = if whole_array {
+            Command::CancelArray {
+                array_job_id: job_id,
+                now_ms: 0,
+            }
+        } else {
+            Command::CancelJob { job_id, now_ms: 0 }
+        };
+        match self.node.propose(command).await? {
             SmResponse::Cancelled { previous_state } => Ok(Response::new(CancelJobResponse {
                 previous_state: convert::state_to_proto(previous_state) as i32,
             })),
@@ -209,7 +252,7 @@ impl BerthApi for ApiService {
         use berth_raft_store::JobAction;
         use control_job_request::Action;
         let req = request.into_inner();
-        self.require_job_owner(&caller, req.job_id, "hold, release or requeue")?;
+        self.require_job_owner(&caller, req.job_id, "hold, release, requeue or signal")?;
         if req.action == Action::HoldAdmin as i32
             || (req.action == Action::Release as i32 && req.admin)
         {
@@ -221,11 +264,23 @@ impl BerthApi for ApiService {
             Ok(Action::Release) => JobAction::Release { admin: req.admin },
             Ok(Action::Requeue) => JobAction::Requeue { hold: false },
             Ok(Action::RequeueHold) => JobAction::Requeue { hold: true },
+            Ok(Action::Signal) => {
+                if !berth_scheduler::signal::signal_known(req.signal) {
+                    return Err(rejected(format!(
+                        "signal {} is not a signal: expected 1 to 31",
+                        req.signal
+                    )));
+                }
+                JobAction::Signal {
+                    signal: req.signal,
+                    batch_only: req.batch_only,
+                }
+            }
             Ok(Action::Unspecified) | Err(_) => {
                 return Err(rejected(format!(
-                    "action {} is not one of HOLD, HOLD_ADMIN, RELEASE, REQUEUE, REQUEUE_HOLD",
-                    req.action
-                )))
+                "action {} is not one of HOLD, HOLD_ADMIN, RELEASE, REQUEUE, REQUEUE_HOLD, SIGNAL",
+                req.action
+            )))
             }
         };
         match self
@@ -238,6 +293,45 @@ impl BerthApi for ApiService {
             .await?
         {
             SmResponse::JobControlled => Ok(Response::new(ControlJobResponse {})),
+            SmResponse::Rejected { reason } => Err(Status::failed_precondition(reason)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn update_job(
+        &self,
+        request: Request<UpdateJobRequest>,
+    ) -> Result<Response<UpdateJobResponse>, Status> {
+        let caller = self.caller(&request)?;
+        let req = request.into_inner();
+        self.require_job_owner(&caller, req.job_id, "update")?;
+        let update = berth_raft_store::JobUpdate {
+            time_limit_s: req.time_limit_s,
+            partitions: req.set_partitions.then(|| req.partitions.clone()),
+            qos: req.qos.clone(),
+            nice: req.nice,
+            dependency: req.dependency.clone(),
+            begin_ms: req.begin_ms,
+            name: req.name.clone(),
+            comment: req.comment.clone(),
+            features: req.set_features.then(|| req.features.clone()),
+        };
+        match self
+            .node
+            .propose(Command::UpdateJob {
+                job_id: req.job_id,
+                update,
+                admin: caller.is_admin(),
+                now_ms: 0,
+            })
+            .await?
+        {
+            SmResponse::JobUpdated { changes } => Ok(Response::new(UpdateJobResponse { changes })),
+            SmResponse::Rejected { reason }
+                if reason.ends_with("does not exist") && reason.starts_with("job ") =>
+            {
+                Err(Status::not_found(reason))
+            }
             SmResponse::Rejected { reason } => Err(Status::failed_precondition(reason)),
             other => Err(unexpected(other)),
         }
@@ -288,7 +382,15 @@ impl BerthApi for ApiService {
             let mut matched = s
                 .jobs()
                 .filter(|r| states.contains(&r.job.state))
-                .filter(|r| req.user.is_empty() || r.job.spec.user == req.user);
+                .filter(|r| req.user.is_empty() || r.job.spec.user == req.user)
+                .filter(|r| {
+                    active_in(
+                        r.job.submit_ms,
+                        r.job.end_ms,
+                        req.active_since_ms,
+                        req.active_until_ms,
+                    )
+                });
             let jobs: Vec<Job> = matched
                 .by_ref()
                 .take(limit)
@@ -297,6 +399,57 @@ impl BerthApi for ApiService {
             (jobs, matched.next().is_some())
         });
         Ok(Response::new(ListJobsResponse { jobs, truncated }))
+    }
+
+    async fn get_priorities(
+        &self,
+        request: Request<GetPrioritiesRequest>,
+    ) -> Result<Response<GetPrioritiesResponse>, Status> {
+        self.caller(&request)?;
+        let req = request.into_inner();
+        // Only the leader runs passes; a follower's map is empty or old.
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.get_priorities(req).await;
+        }
+        if req.job_ids.len() > LIST_JOBS_MAX {
+            return Err(rejected(format!(
+                "at most {LIST_JOBS_MAX} job ids per call, got {}",
+                req.job_ids.len()
+            )));
+        }
+        let mut wanted = req.job_ids;
+        wanted.sort_unstable();
+        wanted.dedup();
+        // State first, then the map: the order `job_to_proto` takes them in.
+        let jobs = self.node.read(|s| {
+            let priorities = self
+                .node
+                .last_priorities
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // Asked-for ids are looked up, not searched for: either way the
+            // work is one step per answer at most.
+            let chosen: Box<dyn Iterator<Item = &PriorityBreakdown>> = if wanted.is_empty() {
+                Box::new(priorities.values())
+            } else {
+                Box::new(wanted.iter().filter_map(|id| priorities.get(id)))
+            };
+            chosen
+                .filter_map(|b| {
+                    let record = s.job(b.job_id)?;
+                    // Started or ended since the pass: no longer pending.
+                    if record.job.state != SmJobState::Pending {
+                        return None;
+                    }
+                    if !req.user.is_empty() && record.job.spec.user != req.user {
+                        return None;
+                    }
+                    Some(convert::priority_to_proto(record, b))
+                })
+                .take(LIST_JOBS_MAX)
+                .collect()
+        });
+        Ok(Response::new(GetPrioritiesResponse { jobs }))
     }
 
     async fn explain_job(
@@ -325,9 +478,19 @@ impl BerthApi for ApiService {
             };
             explain_hosts(&snapshot, job)
                 .into_iter()
-                .map(|v| HostRejection {
-                    lacks: v.text(),
-                    host: v.host,
+                .map(|v| {
+                    // A drained host says why its agent drained it.
+                    let drained = v.lacks.contains(&Lack::NotUp(HostState::Drain));
+                    let lacks = match s.data.hosts.get(&v.host) {
+                        Some(h) if drained && !h.drain_reason.is_empty() => {
+                            format!("host is drained: {}", h.drain_reason)
+                        }
+                        _ => v.text(),
+                    };
+                    HostRejection {
+                        lacks,
+                        host: v.host,
+                    }
                 })
                 .collect()
         });
@@ -552,7 +715,7 @@ impl BerthApi for ApiService {
         request: Request<Partition>,
     ) -> Result<Response<AdminResponse>, Status> {
         self.caller(&request)?.require_admin("UpsertPartition")?;
-        let partition = policy_convert::partition_from(request.get_ref());
+        let partition = policy_convert::partition_from(request.get_ref()).map_err(rejected)?;
         self.set_policy(PolicyChange::UpsertPartition(partition))
             .await
     }
@@ -628,21 +791,53 @@ impl BerthApi for ApiService {
         request: Request<Reservation>,
     ) -> Result<Response<AdminResponse>, Status> {
         self.caller(&request)?.require_admin("CreateReservation")?;
-        Err(not_yet("reservations"))
+        let r = request.into_inner();
+        let reservation = berth_scheduler::AdminReservation {
+            name: r.name,
+            hosts: r.hosts,
+            start_ms: r.start_ms,
+            end_ms: r.end_ms,
+            users: r.users,
+            accounts: r.accounts,
+        };
+        self.propose_admin(Command::CreateReservation {
+            reservation,
+            now_ms: 0,
+        })
+        .await
     }
     async fn delete_reservation(
         &self,
         request: Request<DeleteReservationRequest>,
     ) -> Result<Response<AdminResponse>, Status> {
         self.caller(&request)?.require_admin("DeleteReservation")?;
-        Err(not_yet("reservations"))
+        let name = request.into_inner().name;
+        self.propose_admin(Command::DeleteReservation { name, now_ms: 0 })
+            .await
     }
     async fn list_reservations(
         &self,
         request: Request<ListReservationsRequest>,
     ) -> Result<Response<ListReservationsResponse>, Status> {
         self.caller(&request)?;
-        Err(not_yet("reservations"))
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.list_reservations(request.into_inner()).await;
+        }
+        self.node.read_barrier().await?;
+        let reservations = self.node.read(|s| {
+            s.reservation_list()
+                .into_iter()
+                .map(|r| Reservation {
+                    name: r.name,
+                    hosts: r.hosts,
+                    start_ms: r.start_ms,
+                    end_ms: r.end_ms,
+                    users: r.users,
+                    accounts: r.accounts,
+                })
+                .collect()
+        });
+        Ok(Response::new(ListReservationsResponse { reservations }))
     }
 
     type BackupStateStream = crate::backup_service::BackupStream;
@@ -660,14 +855,6 @@ impl BerthApi for ApiService {
         let stream = crate::backup_service::backup_state(&self.node, &self.state_machine).await?;
         Ok(Response::new(stream))
     }
-}
-
-/// Admin objects whose policy is not built yet answer UNIMPLEMENTED with
-/// words rather than pretending to store something that has no effect.
-fn not_yet(what: &str) -> Status {
-    Status::unimplemented(format!(
-        "{what} are part of the API but not implemented in this berthd yet (scheduler-core issue)"
-    ))
 }
 
 /// The commit index as this node can know it: on the leader, the highest
@@ -697,4 +884,23 @@ pub(crate) fn commit_index(metrics: &openraft::RaftMetrics<u64, BasicNode>, vote
     }
     matched.sort_unstable_by(|a, b| b.cmp(a));
     matched[matched.len() / 2].max(applied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::active_in;
+
+    #[test]
+    fn activity_windows_bound_each_side() {
+        // Submitted at 100, ended at 200.
+        assert!(active_in(100, 200, 0, 0));
+        assert!(active_in(100, 200, 200, 0));
+        assert!(!active_in(100, 200, 201, 0));
+        assert!(active_in(100, 200, 0, 100));
+        assert!(!active_in(100, 200, 0, 99));
+        assert!(active_in(100, 200, 150, 150));
+        // Not ended: active from its submit on.
+        assert!(active_in(100, 0, 10_000, 0));
+        assert!(!active_in(100, 0, 10_000, 50));
+    }
 }

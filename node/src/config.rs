@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use berth_scheduler::idlefill::IdleFill;
+use berth_scheduler::preempt::PreemptPolicy;
 use berth_scheduler::{Policy, PriorityWeights};
 
 use crate::config_overlay::{self, Setting};
@@ -37,6 +39,20 @@ pub struct NodeConfig {
     pub auth: AuthConfig,
     #[serde(default)]
     pub tls: TlsConfig,
+    #[serde(default)]
+    pub ui: UiConfig,
+}
+
+/// The web UI under `/ui/` on the HTTP listener (`metrics_listen`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UiConfig {
+    /// With auth on, a user who is not an admin sees every job's public
+    /// fields (id, name, user, account, partition, QOS, state, reason,
+    /// resources) but the details (command, working directory,
+    /// environment, output paths, comment, event history) of their own
+    /// jobs only. Off by default: every authenticated user sees all.
+    pub private_job_details: bool,
 }
 
 /// TLS on the gRPC listener and on every connection this node opens. Off
@@ -126,6 +142,23 @@ pub struct SchedulerConfig {
     pub priority_weight_qos: u32,
     pub priority_weight_assoc: u32,
     pub priority_max_age_s: u64,
+    /// Preemption (docs/preemption.md): off unless `preemption_enabled`.
+    pub preemption_enabled: bool,
+    pub min_preemption_runtime_s: u64,
+    pub preemption_gap: u64,
+    /// Percent utilization of a blocked job's hosts below which nothing is
+    /// evicted (0 to 100).
+    pub preemption_threshold: u32,
+    pub preemption_multi_victim: bool,
+    pub max_evictions_per_tick: usize,
+    /// Idle-fill (docs/idle-fill.md): lending what quotas leave idle.
+    pub idle_fill_enabled: bool,
+    pub idle_fill_exempt_secs: u64,
+    pub idle_fill_max_borrow_factor: f64,
+    pub idle_fill_max_cluster_fraction: f64,
+    /// Multi-path reservations (docs/multi-path.md); partitions opt in.
+    pub reserve_all_alternatives_top_n: usize,
+    pub max_reserve_time_s: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -147,6 +180,18 @@ impl Default for SchedulerConfig {
             priority_weight_qos: w.qos,
             priority_weight_assoc: w.assoc,
             priority_max_age_s: w.max_age_s,
+            preemption_enabled: policy.preemption.enabled,
+            min_preemption_runtime_s: policy.preemption.min_runtime_s,
+            preemption_gap: policy.preemption.gap.max(0) as u64,
+            preemption_threshold: policy.preemption.threshold_pct,
+            preemption_multi_victim: policy.preemption.multi_victim,
+            max_evictions_per_tick: policy.preemption.max_evictions_per_tick,
+            idle_fill_enabled: policy.idle_fill.enabled,
+            idle_fill_exempt_secs: policy.idle_fill.exempt_s,
+            idle_fill_max_borrow_factor: policy.idle_fill.max_borrow_factor,
+            idle_fill_max_cluster_fraction: policy.idle_fill.max_cluster_fraction,
+            reserve_all_alternatives_top_n: policy.reserve_all_alternatives_top_n,
+            max_reserve_time_s: policy.max_reserve_time_s,
         }
     }
 }
@@ -174,8 +219,51 @@ impl SchedulerConfig {
                 // half-life (it must not depend on node-local config).
                 decay_half_life_s: base.priority.decay_half_life_s,
             },
+            preemption: PreemptPolicy {
+                enabled: self.preemption_enabled,
+                min_runtime_s: self.min_preemption_runtime_s,
+                // Checked by `validate` to fit.
+                gap: i64::try_from(self.preemption_gap).unwrap_or(i64::MAX),
+                threshold_pct: self.preemption_threshold,
+                multi_victim: self.preemption_multi_victim,
+                max_evictions_per_tick: self.max_evictions_per_tick,
+            },
+            idle_fill: IdleFill {
+                enabled: self.idle_fill_enabled,
+                exempt_s: self.idle_fill_exempt_secs,
+                max_borrow_factor: self.idle_fill_max_borrow_factor,
+                max_cluster_fraction: self.idle_fill_max_cluster_fraction,
+            },
+            reserve_all_alternatives_top_n: self.reserve_all_alternatives_top_n,
+            max_reserve_time_s: self.max_reserve_time_s,
             ..base
         }
+    }
+
+    /// The ranges the simulator's scenario parser enforces for the same
+    /// keys, each error naming its key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.pass_interval_ms == 0 || self.max_jobs_per_pass == 0 {
+            return Err(
+                "scheduler.pass_interval_ms and scheduler.max_jobs_per_pass must be > 0".into(),
+            );
+        }
+        if self.preemption_threshold > 100 {
+            return Err(format!(
+                "scheduler.preemption_threshold must be a percentage from 0 to 100, not {}",
+                self.preemption_threshold
+            ));
+        }
+        if i64::try_from(self.preemption_gap).is_err() {
+            return Err(format!(
+                "scheduler.preemption_gap {} is too large",
+                self.preemption_gap
+            ));
+        }
+        self.policy()
+            .idle_fill
+            .validate()
+            .map_err(|e| format!("scheduler.{e}"))
     }
 }
 
@@ -286,11 +374,7 @@ impl NodeConfig {
                 "raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms".into(),
             );
         }
-        if self.scheduler.pass_interval_ms == 0 || self.scheduler.max_jobs_per_pass == 0 {
-            return Err(
-                "scheduler.pass_interval_ms and scheduler.max_jobs_per_pass must be > 0".into(),
-            );
-        }
+        self.scheduler.validate()?;
         if self.agents.heartbeat_timeout_ms <= self.agents.heartbeat_interval_ms {
             return Err(
                 "agents.heartbeat_timeout_ms must exceed agents.heartbeat_interval_ms".into(),
@@ -352,6 +436,68 @@ addr = "127.0.0.1:7101"
         let text = format!("{GOOD}\nbootsrap = false\n");
         let err = toml::from_str::<NodeConfig>(&text).expect_err("typo accepted");
         assert!(err.to_string().contains("bootsrap"), "{err}");
+    }
+
+    #[test]
+    fn preemption_idle_fill_and_multi_path_keys_reach_the_policy() {
+        let c: NodeConfig = toml::from_str(GOOD).expect("parse");
+        let p = c.scheduler.policy();
+        assert!(
+            !p.preemption.enabled && !p.idle_fill.enabled,
+            "off by default"
+        );
+        assert_eq!(p.preemption, PreemptPolicy::default());
+        assert_eq!(p.idle_fill, IdleFill::default());
+        assert_eq!(p.reserve_all_alternatives_top_n, 1);
+        let text = format!(
+            "{GOOD}[scheduler]\npreemption_enabled = true\npreemption_gap = 5\n\
+             preemption_threshold = 0\nmax_evictions_per_tick = 3\n\
+             preemption_multi_victim = true\nmin_preemption_runtime_s = 2\n\
+             idle_fill_enabled = true\nidle_fill_exempt_secs = 30\n\
+             idle_fill_max_borrow_factor = 2.0\nidle_fill_max_cluster_fraction = 0.5\n\
+             reserve_all_alternatives_top_n = 4\nmax_reserve_time_s = 600\n"
+        );
+        let c: NodeConfig = toml::from_str(&text).expect("parse");
+        assert!(c.validate().is_ok());
+        let p = c.scheduler.policy();
+        assert_eq!(
+            p.preemption,
+            PreemptPolicy {
+                enabled: true,
+                min_runtime_s: 2,
+                gap: 5,
+                threshold_pct: 0,
+                multi_victim: true,
+                max_evictions_per_tick: 3,
+            }
+        );
+        assert!(p.idle_fill.enabled && p.idle_fill.exempt_s == 30);
+        assert_eq!(p.idle_fill.max_borrow_factor, 2.0);
+        assert_eq!(p.idle_fill.max_cluster_fraction, 0.5);
+        assert_eq!(
+            (p.reserve_all_alternatives_top_n, p.max_reserve_time_s),
+            (4, 600)
+        );
+        for (bad, named) in [
+            ("preemption_threshold = 101", "preemption_threshold"),
+            ("idle_fill_exempt_secs = 3601", "idle_fill_exempt_secs"),
+            (
+                "idle_fill_max_cluster_fraction = 1.5",
+                "idle_fill_max_cluster_fraction",
+            ),
+            (
+                "idle_fill_max_borrow_factor = -1.0",
+                "idle_fill_max_borrow_factor",
+            ),
+        ] {
+            let c: NodeConfig =
+                toml::from_str(&format!("{GOOD}[scheduler]\n{bad}\n")).expect("parse");
+            let err = c.validate().expect_err(bad);
+            assert!(err.contains(named), "{bad}: {err}");
+        }
+        let typo = format!("{GOOD}[scheduler]\npreemption_enable = true\n");
+        let err = toml::from_str::<NodeConfig>(&typo).expect_err("typo accepted");
+        assert!(err.to_string().contains("preemption_enable"), "{err}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 
 use berth_proto::api;
 use berth_raft_store::{HostRecord, JobEvent, JobRecord};
-use berth_scheduler::{Inventory, JobSpec, JobState, Reason};
+use berth_scheduler::priority::PriorityBreakdown;
+use berth_scheduler::{Inventory, JobSpec, JobState, Reason, ResourceSet};
 
 pub fn spec_from_proto(s: api::JobSpec) -> JobSpec {
     JobSpec {
@@ -26,6 +27,33 @@ pub fn spec_from_proto(s: api::JobSpec) -> JobSpec {
         hold: s.hold,
         nice: s.nice,
         comment: s.comment,
+        dependency: s.dependency,
+        begin_ms: s.begin_ms,
+        exclusive: s.exclusive,
+        features: s.features,
+        reservation: s.reservation,
+        preemptible: s.preemptible,
+        array: s.array,
+        array_job_id: s.array_job_id,
+        array_task_id: s.array_task_id,
+        array_task_count: s.array_task_count,
+        array_task_min: s.array_task_min,
+        array_task_max: s.array_task_max,
+        array_max_running: s.array_max_running,
+        warn_signal: s.warn_signal,
+        warn_signal_before_s: s.warn_signal_before_s,
+        warn_signal_batch_only: s.warn_signal_batch_only,
+        alternatives: s
+            .alternatives
+            .into_iter()
+            .map(|a| ResourceSet {
+                gres: a.gres,
+                cpus: a.cpus,
+                mem_mb: a.mem_mb,
+                nodes: a.nodes,
+                partition: a.partition,
+            })
+            .collect(),
     }
 }
 
@@ -50,6 +78,33 @@ pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
         hold: s.hold,
         nice: s.nice,
         comment: s.comment.clone(),
+        dependency: s.dependency.clone(),
+        begin_ms: s.begin_ms,
+        exclusive: s.exclusive,
+        features: s.features.clone(),
+        reservation: s.reservation.clone(),
+        preemptible: s.preemptible,
+        array: s.array.clone(),
+        array_job_id: s.array_job_id,
+        array_task_id: s.array_task_id,
+        array_task_count: s.array_task_count,
+        array_task_min: s.array_task_min,
+        array_task_max: s.array_task_max,
+        array_max_running: s.array_max_running,
+        warn_signal: s.warn_signal,
+        warn_signal_before_s: s.warn_signal_before_s,
+        warn_signal_batch_only: s.warn_signal_batch_only,
+        alternatives: s
+            .alternatives
+            .iter()
+            .map(|a| api::ResourceSet {
+                gres: a.gres.clone(),
+                cpus: a.cpus,
+                mem_mb: a.mem_mb,
+                nodes: a.nodes,
+                partition: a.partition.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -62,6 +117,7 @@ pub fn state_to_proto(s: JobState) -> api::JobState {
         JobState::Cancelled => api::JobState::Cancelled,
         JobState::Timeout => api::JobState::Timeout,
         JobState::NodeFail => api::JobState::NodeFail,
+        JobState::Preempted => api::JobState::Preempted,
     }
 }
 
@@ -74,9 +130,8 @@ pub fn state_from_proto(s: api::JobState) -> Option<JobState> {
         api::JobState::Cancelled => JobState::Cancelled,
         api::JobState::Timeout => JobState::Timeout,
         api::JobState::NodeFail => JobState::NodeFail,
-        api::JobState::Unspecified | api::JobState::Preempted | api::JobState::Suspended => {
-            return None
-        }
+        api::JobState::Preempted => JobState::Preempted,
+        api::JobState::Unspecified | api::JobState::Suspended => return None,
     })
 }
 
@@ -89,6 +144,34 @@ pub fn effective_reason(record: &JobRecord, last_pass: Option<&Reason>) -> Reaso
         JobState::Pending => last_pass.cloned().unwrap_or(Reason::Priority),
         _ => Reason::None,
     }
+}
+
+/// A pending job's priority parts as `sprio` shows them. SITE is the
+/// admin-set account and user inputs, which are added unweighted as
+/// Slurm's site factor is.
+pub fn priority_to_proto(record: &JobRecord, b: &PriorityBreakdown) -> api::PriorityFactors {
+    let spec = &record.job.spec;
+    api::PriorityFactors {
+        job_id: b.job_id,
+        user: spec.user.clone(),
+        account: spec.account.clone(),
+        partition: spec.partitions.join(","),
+        total: b.total,
+        age: b.age,
+        fairshare: b.fairshare,
+        jobsize: b.job_size,
+        partition_factor: b.partition,
+        qos: b.qos,
+        assoc: b.assoc,
+        nice: b.nice,
+        site: b.account.saturating_add(b.user),
+    }
+}
+
+/// `Job.priority` from a breakdown's total: Slurm's priority is unsigned,
+/// so a total pushed below zero by nice shows as 0.
+pub fn priority_value(b: &PriorityBreakdown) -> u64 {
+    u64::try_from(b.total).unwrap_or(0)
 }
 
 pub fn job_to_proto(record: &JobRecord, reason: &Reason) -> api::Job {
@@ -107,6 +190,11 @@ pub fn job_to_proto(record: &JobRecord, reason: &Reason) -> api::Job {
         exit_signal: job.exit_signal,
         alloc_id: job.alloc.as_ref().map(|a| a.alloc_id).unwrap_or(0),
         priority: 0,
+        // Its current (or last) run was on lent capacity (idle-fill).
+        borrowed: job.borrowed,
+        // Filled by the API from the leader's last pass.
+        predicted_start_ms: 0,
+        alternative: job.alloc.as_ref().map_or(0, |a| a.alternative),
     }
 }
 
@@ -135,12 +223,15 @@ pub fn inventory_from_proto(i: &api::Inventory) -> Inventory {
             group: e.group.clone(),
             units: u32::try_from(e.unit_ids.len()).unwrap_or(u32::MAX),
         });
+    inventory.features = i.features.clone();
     inventory
 }
 
 pub fn host_to_proto(h: &HostRecord, up: bool) -> api::Host {
     let state = if !up {
         "down"
+    } else if !h.drain_reason.is_empty() {
+        "drain"
     } else if h.allocated.cpus == 0 && h.allocated.mem_mb == 0 {
         "idle"
     } else if h.allocated.cpus >= h.inventory.cpus {
@@ -153,15 +244,36 @@ pub fn host_to_proto(h: &HostRecord, up: bool) -> api::Host {
         inventory: Some(api::Inventory {
             cpus: h.inventory.cpus,
             memory_mb: h.inventory.mem_mb,
+            // The record keeps count and model; devices are numbered as
+            // allocations number them.
+            gpus: (0..h.inventory.gpus)
+                .map(|index| api::Gpu {
+                    index,
+                    model: h.inventory.gpu_type.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            emulators: h
+                .inventory
+                .emulator
+                .iter()
+                .map(|e| api::EmulatorSet {
+                    kind: e.kind.clone(),
+                    group: e.group.clone(),
+                    unit_ids: (0..e.units).collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            features: h.inventory.features.clone(),
             ..Default::default()
         }),
         state: state.to_string(),
         alloc_cpus: h.allocated.cpus,
         alloc_memory_mb: h.allocated.mem_mb,
-        reason: if up {
-            String::new()
-        } else {
+        reason: if !up {
             "agent not heard from within the heartbeat timeout".into()
+        } else {
+            h.drain_reason.clone()
         },
     }
 }

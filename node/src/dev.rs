@@ -64,6 +64,7 @@ pub fn cluster_configs(dir: &Path, n: u64, base_port: u16) -> Vec<NodeConfig> {
             // A dev cluster on loopback runs without authentication.
             auth: Default::default(),
             tls: Default::default(),
+            ui: Default::default(),
         })
         .collect()
 }
@@ -139,7 +140,19 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     for i in 1..=args.agents {
         let name = format!("agent dev-host-{i}");
         let log = dir.join(format!("agent-{i}.log"));
+        // Jobs run as whoever runs `berthd dev` (root included): the
+        // submitting users of a dev cluster are not users of this machine.
+        let agent_config = dir.join(format!("agent-{i}.toml"));
+        std::fs::write(
+            &agent_config,
+            format!(
+                "state_dir = {:?}\njob_user = \"agent\"\nallow_root_jobs = true\n",
+                dir.join("agent-state").display().to_string()
+            ),
+        )?;
         let agent_args = vec![
+            "--config".into(),
+            agent_config.display().to_string(),
             "--server".into(),
             servers.join(","),
             "--host".into(),

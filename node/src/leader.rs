@@ -5,12 +5,12 @@
 //! heartbeat timeout from the moment of election, so a failover never
 //! declares every host dead.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth_raft_store::{Command, Response};
-use berth_scheduler::{schedule, HostState, Policy};
+use berth_scheduler::{schedule, HostState, JobId, Plan, Policy};
 use tokio::sync::watch;
 
 use crate::node::{now_ms, Node};
@@ -104,7 +104,14 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
     ));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::spawn(wake_on_election(node.clone(), shutdown.clone()));
-    let mut was_leader = false;
+    // The term in which this loop last took up leadership. Leadership lost
+    // and won back between two wakeups (the loop rests after a slow pass; a
+    // stopped process sees nothing) is a new term, so host deadlines are
+    // re-armed then too: a leader never judges hosts by heartbeats that went
+    // to another leader meanwhile (found by `berth-drill chaos`: a leader
+    // paused mid-pass, deposed, and elected again ended every host's jobs
+    // NODE_FAIL 0.7 s after its new term began).
+    let mut led_term: Option<u64> = None;
     // EASY backfill by default: its promises rest on jobs ending by their
     // time limit, which `enforce_time_limits` makes true.
     let policy = node.config.scheduler.policy();
@@ -116,19 +123,23 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
                 return;
             }
         }
-        let is_leader = node.is_leader();
-        if is_leader && !was_leader {
+        let (is_leader, term) = {
+            let m = node.raft.metrics().borrow().clone();
+            (m.state == openraft::ServerState::Leader, m.current_term)
+        };
+        if is_leader && led_term != Some(term) {
             node.liveness.rearm(Instant::now());
             tracing::info!(
                 node = node.id,
+                term,
                 "became leader; host deadlines re-armed, passes resume"
             );
         }
-        if !is_leader && was_leader {
+        if !is_leader && led_term.is_some() {
             node.liveness.step_down();
             tracing::info!(node = node.id, "no longer leader; passes stop");
         }
-        was_leader = is_leader;
+        led_term = is_leader.then_some(term);
         if is_leader {
             let started = Instant::now();
             fail_silent_hosts(&node).await;
@@ -228,49 +239,123 @@ async fn enforce_time_limits(node: &Node) {
     }
 }
 
+/// Hands each pending job the time it first held a multi-path reservation
+/// (leader soft state; a new leader starts afresh) and forgets jobs no
+/// longer pending, so the map stays bounded by the queue.
+fn carry_multipath_since(
+    since: &mut BTreeMap<JobId, u64>,
+    pending: &mut [berth_scheduler::PendingJob],
+) {
+    let mut kept = BTreeMap::new();
+    for job in pending.iter_mut() {
+        if let Some(&at_ms) = since.get(&job.id) {
+            job.multipath_since_ms = Some(at_ms);
+            kept.insert(job.id, at_ms);
+        }
+    }
+    *since = kept;
+}
+
+/// Records when each job the plan gave a multi-path reservation first got
+/// one; it is not reset while the job waits, so `max_reserve_time_s`
+/// counts from the first.
+fn note_multipath_since(since: &mut BTreeMap<JobId, u64>, plan: &Plan, pass_ms: u64) {
+    for held in &plan.multipath {
+        if !held.paths.is_empty() {
+            since.entry(held.job_id).or_insert(pass_ms);
+        }
+    }
+}
+
 /// One pass: snapshot → schedule → propose the plan as one entry stamped
 /// with the snapshot's applied index. `apply` re-checks every placement.
 async fn run_pass(node: &Node, policy: &Policy) {
     let started = Instant::now();
-    let (snapshot, snapshot_index) = node.read(|state| {
+    let (mut snapshot, snapshot_index) = node.read(|state| {
         (
             state.scheduler_snapshot(|host| node.liveness.state(host, started)),
             state.applied_index(),
         )
     });
     let pass_ms = now_ms();
-    let plan = schedule(&snapshot, policy, pass_ms);
+    // The snapshot copies every pending job; free it before the plan is
+    // proposed rather than after the commit.
+    let mut plan = {
+        let mut since = node
+            .multipath_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        carry_multipath_since(&mut since, &mut snapshot.pending);
+        let plan = schedule(&snapshot, policy, pass_ms);
+        note_multipath_since(&mut since, &plan, pass_ms);
+        plan
+    };
+    drop(snapshot);
     metrics::histogram!(crate::metrics::PASS_SECONDS).record(started.elapsed().as_secs_f64());
     crate::metrics::record_plan(&plan, pass_ms);
+    *node.last_pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(crate::ui::track::LastPass {
+        at_ms: pass_ms,
+        duration_us: started.elapsed().as_micros() as u64,
+        starts: plan.starts.len(),
+        waiting: plan.reasons.len(),
+    });
+    // Moved, not copied: with a long queue these maps hold an entry per
+    // pending job.
     {
         let mut reasons = node.last_reasons.lock().unwrap_or_else(|p| p.into_inner());
-        *reasons = plan.reasons.clone();
+        *reasons = std::mem::take(&mut plan.reasons);
     }
     {
         let mut details = node.last_details.lock().unwrap_or_else(|p| p.into_inner());
-        *details = plan.details.clone();
+        *details = std::mem::take(&mut plan.details);
     }
-    if plan.starts.is_empty() {
+    {
+        let mut last = node
+            .last_priorities
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *last = std::mem::take(&mut plan.priorities)
+            .into_iter()
+            .map(|b| (b.job_id, b))
+            .collect();
+    }
+    {
+        let mut starts = node.last_starts.lock().unwrap_or_else(|p| p.into_inner());
+        *starts = plan
+            .reservations
+            .iter()
+            .map(|r| (r.job_id, r.start_ms))
+            .collect();
+    }
+    if plan.starts.is_empty() && plan.evictions.is_empty() {
         return;
     }
     let planned = plan.starts.len();
+    let evictions = plan.evictions.len();
     let command = Command::ApplyPlan {
         snapshot_index,
         now_ms: now_ms(),
         starts: plan.starts,
+        evictions: plan.evictions,
+        borrowed: plan.borrowed,
     };
     match node.propose_local(command).await {
         Ok(Response::PlanApplied {
             started: n,
             dropped,
+            evicted,
         }) => {
             metrics::counter!(crate::metrics::PLACEMENTS_TOTAL).increment(u64::from(n));
             metrics::counter!(crate::metrics::PLACEMENTS_DROPPED_TOTAL)
                 .increment(u64::from(dropped));
+            metrics::counter!(crate::metrics::EVICTIONS_DROPPED_TOTAL)
+                .increment(evictions.saturating_sub(evicted as usize) as u64);
             tracing::info!(
                 planned,
                 started = n,
                 dropped,
+                evictions,
+                evicted,
                 snapshot_index,
                 pass_ms = started.elapsed().as_millis() as u64,
                 "scheduling pass"
@@ -309,5 +394,43 @@ mod tests {
             live.state("h2", t0 + Duration::from_secs(12)),
             HostState::Down
         );
+    }
+
+    #[test]
+    fn multipath_since_is_kept_from_the_first_pass_and_pruned() {
+        use berth_scheduler::multipath::{MultiPathReservation, PathReservation};
+        use berth_scheduler::PendingJob;
+        let held = |job_id| MultiPathReservation {
+            job_id,
+            paths: vec![PathReservation {
+                path: 0,
+                start_ms: 0,
+                hosts: vec!["h1".into()],
+            }],
+        };
+        let mut since = BTreeMap::new();
+        let plan = Plan {
+            multipath: vec![held(1)],
+            ..Plan::default()
+        };
+        note_multipath_since(&mut since, &plan, 1_000);
+        // A later pass keeps the first time.
+        note_multipath_since(&mut since, &plan, 5_000);
+        let mut pending = vec![
+            PendingJob {
+                id: 1,
+                ..PendingJob::default()
+            },
+            PendingJob {
+                id: 2,
+                ..PendingJob::default()
+            },
+        ];
+        carry_multipath_since(&mut since, &mut pending);
+        assert_eq!(pending[0].multipath_since_ms, Some(1_000));
+        assert_eq!(pending[1].multipath_since_ms, None);
+        // Job 1 started (no longer pending): forgotten.
+        carry_multipath_since(&mut since, &mut pending[1..]);
+        assert!(since.is_empty());
     }
 }

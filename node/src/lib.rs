@@ -2,6 +2,7 @@
 //!
 //! - [`config`]: the TOML config file;
 //! - [`node`]: a running node (Raft instance, store, proposals and forwarding);
+//! - [`forward`]: a follower's writes batched on their way to the leader;
 //! - [`network`]: the Raft transport client (openraft's `RaftNetwork` over gRPC);
 //! - [`raft_service`], [`api_service`], [`agent_service`]: the gRPC services;
 //! - [`backup_service`]: the leader's side of `berth admin backup`;
@@ -10,7 +11,10 @@
 //! - [`metrics`]: Prometheus metrics at `/metrics`;
 //! - [`rest`]: the REST/JSON API on the same HTTP listener, over the
 //!   gRPC service's own methods;
+//! - [`ui`]: the read-only web UI under `/ui/`, over the same service
+//!   methods as REST;
 //! - [`convert`]: between the wire types and the scheduler's model;
+//! - [`sd_notify`]: readiness for systemd `Type=notify` units;
 //! - [`server`]: wiring it all together;
 //! - [`dev`]: `berthd dev`, a whole local cluster in one command.
 
@@ -26,6 +30,7 @@ pub mod config;
 pub mod config_overlay;
 pub mod convert;
 pub mod dev;
+pub mod forward;
 pub mod leader;
 pub mod metrics;
 pub mod network;
@@ -33,4 +38,6 @@ pub mod node;
 pub mod policy_convert;
 pub mod raft_service;
 pub mod rest;
+pub mod sd_notify;
 pub mod server;
+pub mod ui;

@@ -181,6 +181,9 @@ async fn run_node(path: PathBuf, sets: &[String]) -> anyhow::Result<()> {
     tokio::spawn(async move {
         wait_for_stop_signal().await;
         tracing::info!("stop signal received; shutting down");
+        if let Err(e) = berth_node::sd_notify::stopping() {
+            tracing::warn!(error = %e, "could not tell systemd the node is stopping");
+        }
         let _ = stop_tx.send(true);
     });
     berth_node::server::run(config, stop_rx)

@@ -23,6 +23,7 @@ pub const PLACEMENTS_TOTAL: &str = "berth_scheduler_placements_total";
 pub const PLACEMENTS_DROPPED_TOTAL: &str = "berth_scheduler_placements_dropped_total";
 pub const LEADER_CHANGES_TOTAL: &str = "berth_raft_leader_changes_total";
 pub const API_REQUEST_SECONDS: &str = "berth_api_request_duration_seconds";
+pub const EVICTIONS_DROPPED_TOTAL: &str = "berth_evictions_dropped_total";
 
 /// The (state, partition, QOS) label sets of `berth_jobs_live` set at the
 /// last scrape.
@@ -42,6 +43,34 @@ pub fn record_plan(plan: &berth_scheduler::Plan, now_ms: u64) {
     metrics::gauge!("berth_scheduler_head_predicted_wait_seconds").set(head_wait_s);
     metrics::gauge!("berth_scheduler_pending_waiting_on_limits")
         .set(plan.reasons.values().filter(|r| r.is_limit()).count() as f64);
+    record_preemption(plan);
+}
+
+/// The preemption and idle-fill figures the references name: attempts,
+/// misses, near misses (turned down only by the priority gap), evictions
+/// by cause and outcome, time blocked before an eviction, borrowed starts.
+/// Evictions the state machine then drops as stale are counted apart
+/// (`berth_evictions_dropped_total`, recorded by the leader).
+fn record_preemption(plan: &berth_scheduler::Plan) {
+    let c = &plan.preemption;
+    metrics::counter!("berth_preemption_attempts_total").increment(c.attempts);
+    metrics::counter!("berth_preemption_misses_total").increment(c.misses);
+    metrics::counter!("berth_preemption_near_misses_total").increment(c.near_misses);
+    for e in &plan.evictions {
+        let outcome = if e.requeue { "requeued" } else { "cancelled" };
+        metrics::counter!("berth_preemptions_total", "cause" => e.cause.word(), "outcome" => outcome)
+            .increment(1);
+    }
+    if c.preemptors > 0 {
+        metrics::histogram!("berth_preemption_blocked_seconds")
+            .record(c.blocked_ms as f64 / 1000.0 / c.preemptors as f64);
+    }
+    metrics::counter!("berth_idle_fill_borrowed_starts_total")
+        .increment(plan.borrowed.len() as u64);
+    let m = &plan.multipath_counters;
+    metrics::gauge!("berth_multipath_jobs_reserved").set(m.jobs_reserved as f64);
+    metrics::gauge!("berth_multipath_paths_reserved").set(m.paths_reserved as f64);
+    metrics::counter!("berth_multipath_expired_total").increment(m.expired);
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +82,8 @@ pub enum MetricsError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("the metrics listener has no local address: {source}")]
+    Serve { source: std::io::Error },
 }
 
 /// Installs the process-wide recorder. Call once per process.
@@ -70,7 +101,7 @@ struct Scrape {
 /// Serves `/metrics`, the health checks and `api` (the REST routes) on
 /// `addr` until `shutdown` turns true.
 pub async fn serve(
-    addr: SocketAddr,
+    listener: tokio::net::TcpListener,
     node: Arc<Node>,
     handle: PrometheusHandle,
     api: Router,
@@ -82,13 +113,22 @@ pub async fn serve(
         .route("/readyz", get(readyz))
         .with_state(Arc::new(Scrape { node, handle }))
         .merge(api);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| MetricsError::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| MetricsError::Serve { source })?;
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
         })
+        .await
+        .map_err(|source| MetricsError::Bind { addr, source })
+}
+
+/// Binds the HTTP listener before the node serves anything else, so a
+/// port that is taken stops the start with a clear error instead of a
+/// node that answers gRPC but has no metrics, health checks or REST API.
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, MetricsError> {
+    tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| MetricsError::Bind { addr, source })
 }

@@ -1,25 +1,23 @@
 //! A running node: its Raft instance, its store, and how it proposes
 //! commands (locally when leader, forwarded to the leader otherwise).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use berth_proto::raft::raft_transport_client::RaftTransportClient;
-use berth_proto::raft::RaftMessage;
 use berth_raft_store::{Command, NodeId, Raft, Request, Response, SharedState, SmState};
+use berth_scheduler::priority::PriorityBreakdown;
 use berth_scheduler::{JobId, Reason};
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
-use tonic::transport::Channel;
 use tonic::Status;
 
 use berth_auth::grpc::AttachCredentials;
 
 use crate::authz::AuthKeys;
 use crate::config::NodeConfig;
+use crate::forward::Forwarder;
 use crate::leader::HostLiveness;
-use crate::network::channel;
 
 /// How long a write keeps retrying while there is no leader (an election is
 /// in progress) before it fails as unavailable.
@@ -85,13 +83,27 @@ pub struct Node {
     pub last_reasons: Mutex<BTreeMap<JobId, Reason>>,
     /// The last pass's sentences with numbers (limits, partitions).
     pub last_details: Mutex<BTreeMap<JobId, String>>,
-    peers: Mutex<HashMap<String, RaftTransportClient<Channel>>>,
+    /// The last pass's predicted start time per job it reserved room for
+    /// (ms since the epoch).
+    pub last_starts: Mutex<BTreeMap<JobId, u64>>,
+    /// The last pass's priority breakdown per pending job (sprio); one
+    /// entry per job of the pass's snapshot, replaced each pass.
+    pub last_priorities: Mutex<BTreeMap<JobId, PriorityBreakdown>>,
+    /// Since when each pending job has held a multi-path reservation
+    /// (ms since the epoch), carried from pass to pass for
+    /// `max_reserve_time_s`; pruned to the pending jobs each pass.
+    pub multipath_since: Mutex<BTreeMap<JobId, u64>>,
+    /// When the last pass this node ran was and how long it took (the
+    /// web UI's Cluster page).
+    pub last_pass: Mutex<Option<crate::ui::track::LastPass>>,
     /// Secrets for authenticating callers (none: auth is off).
     pub auth: AuthKeys,
     /// What this node attaches to its calls to other nodes.
     pub credentials: AttachCredentials,
     /// The leader's proposal batcher, started by the first proposal.
     batcher: OnceLock<mpsc::Sender<Proposal>>,
+    /// A follower's forwarder to the leader, started by the first forward.
+    forwarder: OnceLock<Forwarder>,
 }
 
 /// A command waiting for the batcher, and where its answer goes.
@@ -129,10 +141,14 @@ impl Node {
             pass_notify: Notify::new(),
             last_reasons: Mutex::new(BTreeMap::new()),
             last_details: Mutex::new(BTreeMap::new()),
-            peers: Mutex::new(HashMap::new()),
+            last_starts: Mutex::new(BTreeMap::new()),
+            last_priorities: Mutex::new(BTreeMap::new()),
+            multipath_since: Mutex::new(BTreeMap::new()),
+            last_pass: Mutex::new(None),
             auth,
             credentials,
             batcher: OnceLock::new(),
+            forwarder: OnceLock::new(),
         }
     }
 
@@ -147,6 +163,31 @@ impl Node {
 
     pub fn is_leader(&self) -> bool {
         self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// This node's term when it leads and a quorum has acknowledged it
+    /// within `leader_lease_ms()`; None otherwise. Agents are answered only
+    /// by such a leader: one that merely believes it leads (restarted from
+    /// an old vote, or cut off from the majority) would keep an agent away
+    /// from the real leader until the real one declared its host dead.
+    pub fn confirmed_leader_term(&self) -> Option<u64> {
+        let m = self.raft.metrics().borrow().clone();
+        if m.state != ServerState::Leader {
+            return None;
+        }
+        let voters = m.membership_config.membership().voter_ids().count();
+        let acked_recently = m
+            .millis_since_quorum_ack
+            .is_some_and(|ms| ms <= self.leader_lease_ms());
+        (voters <= 1 || acked_recently).then_some(m.current_term)
+    }
+
+    /// How old the last quorum acknowledgement may be for this node to
+    /// answer agents as leader: twice the longest election timeout, so a
+    /// leader slowed by a busy machine is not refused while one cut off
+    /// hands its agents over soon after the others elect a successor.
+    pub fn leader_lease_ms(&self) -> u64 {
+        2 * self.config.raft.election_timeout_max_ms
     }
 
     /// The current leader's id and gRPC address, as this node knows them.
@@ -203,11 +244,12 @@ impl Node {
                 | Command::RegisterHost { .. }
                 | Command::JobExited { .. }
                 | Command::ControlJob { .. }
+                | Command::UpdateJob { .. }
                 | Command::SetPolicy { .. }
+                | Command::CreateReservation { .. }
+                | Command::DeleteReservation { .. }
         );
-        let bytes = serde_json::to_vec(&command)
-            .map_err(|e| ProposeError::Fatal(e.to_string()))?
-            .len();
+        let bytes = json_len(&command)?;
         let (reply, answer) = oneshot::channel();
         let batcher = self
             .batcher
@@ -230,45 +272,17 @@ impl Node {
         Ok(response)
     }
 
-    fn peer_client(&self, addr: &str) -> Result<RaftTransportClient<Channel>, ProposeError> {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = peers.get(addr) {
-            return Ok(c.clone());
-        }
-        let ch = channel(addr)
-            .map_err(|e| ProposeError::Unavailable(format!("leader address {addr}: {e}")))?;
-        let client = RaftTransportClient::new(ch)
-            .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
-        peers.insert(addr.to_string(), client.clone());
-        Ok(client)
-    }
-
+    /// Hands `command` to the leader through this node's forwarder, which
+    /// batches concurrent forwards into one call.
     async fn forward(
         &self,
         leader_addr: &str,
         command: &Command,
     ) -> Result<Response, ProposeError> {
-        let mut client = self.peer_client(leader_addr)?;
-        let payload = serde_json::to_vec(&Request::new(command.clone()))
-            .map_err(|e| ProposeError::Fatal(e.to_string()))?;
-        let mut req = tonic::Request::new(RaftMessage { payload });
-        req.set_timeout(Duration::from_secs(10));
-        self.credentials.apply(req.metadata_mut());
-        match client.forward(req).await {
-            Ok(reply) => {
-                let reply = reply.into_inner();
-                serde_json::from_slice(&reply.payload)
-                    .map_err(|e| ProposeError::Fatal(format!("undecodable reply from leader: {e}")))
-            }
-            Err(status) if status.code() == tonic::Code::FailedPrecondition => {
-                Err(ProposeError::NotLeader { leader_addr: None })
-            }
-            Err(status) => Err(ProposeError::Unavailable(format!(
-                "forwarding to leader {leader_addr}: {}",
-                status.message()
-            ))),
-        }
+        self.forwarder
+            .get_or_init(|| Forwarder::start(self.credentials.clone()))
+            .forward(leader_addr, command)
+            .await
     }
 
     /// Waits until this leader's state machine reflects every write
@@ -303,6 +317,23 @@ impl Node {
             ))
         }
     }
+}
+
+/// The length of `value`'s JSON, counted without building it.
+fn json_len<T: serde::Serialize>(value: &T) -> Result<usize, ProposeError> {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_err(|e| ProposeError::Fatal(e.to_string()))?;
+    Ok(count.0)
 }
 
 /// Starts the task that turns proposals into log entries: it takes the

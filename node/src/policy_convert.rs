@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use berth_proto::api;
 use berth_raft_store::policy::PartitionRecord;
+use berth_scheduler::qos::PreemptMode;
 use berth_scheduler::{
     Account, Limits, Partition, Qos, QosFlags, TresKind, TresLimits, UserRecord,
 };
@@ -98,8 +99,38 @@ pub fn qos_from(q: &api::Qos) -> Result<Qos, String> {
         usage_threshold: q.usage_threshold,
         preempt: q.preempt.clone(),
         grace_time_s: (q.grace_time_s > 0).then_some(q.grace_time_s),
-        ..Qos::default()
+        preempt_mode: match q.preempt_mode.to_ascii_lowercase().as_str() {
+            // Unset on a QOS: the partition's mode applies.
+            "" | "off" => PreemptMode::Off,
+            "requeue" => PreemptMode::Requeue,
+            "cancel" => PreemptMode::Cancel,
+            "suspend" => {
+                return Err(format!(
+                    "QOS {}: preempt_mode suspend is not supported: Berth does not stop and continue jobs, and a suspended job would keep its allocation; use requeue or cancel",
+                    q.name
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "QOS {}: unknown preempt_mode {other:?} (expected requeue or cancel)",
+                    q.name
+                ))
+            }
+        },
+        preempt_exempt_time_s: q.preempt_exempt_time_s,
+        idle_fill_preemptable: q.idle_fill_preemptable,
     })
+}
+
+/// A preempt mode's word, as the API carries it ("" for a QOS's unset).
+fn preempt_mode_word(mode: PreemptMode, unset: &'static str) -> String {
+    match mode {
+        PreemptMode::Off => unset,
+        PreemptMode::Requeue => "requeue",
+        PreemptMode::Cancel => "cancel",
+        PreemptMode::Suspend => "suspend",
+    }
+    .to_string()
 }
 
 fn flag_names(f: &QosFlags) -> Vec<String> {
@@ -136,6 +167,9 @@ pub fn qos_to(q: &Qos) -> api::Qos {
         flags: flag_names(&q.flags),
         usage_factor: Some(q.usage_factor),
         usage_threshold: q.usage_threshold,
+        preempt_mode: preempt_mode_word(q.preempt_mode, ""),
+        preempt_exempt_time_s: q.preempt_exempt_time_s,
+        idle_fill_preemptable: q.idle_fill_preemptable,
     }
 }
 
@@ -162,6 +196,8 @@ pub fn account_from(a: &api::Account) -> Result<Account, String> {
         priority: a.priority,
         max_priority: a.max_priority,
         limits: limits_from(a.limits.as_ref()).map_err(|e| format!("account {}: {e}", a.name))?,
+        // The API has no account preempt lists yet (docs/preemption.md).
+        preempt: Vec::new(),
     })
 }
 
@@ -195,8 +231,19 @@ pub fn user_to(u: &UserRecord) -> api::User {
     }
 }
 
-pub fn partition_from(p: &api::Partition) -> PartitionRecord {
-    PartitionRecord {
+pub fn partition_from(p: &api::Partition) -> Result<PartitionRecord, String> {
+    let preempt_mode = match p.preempt_mode.to_ascii_lowercase().as_str() {
+        "" | "off" => PreemptMode::Off,
+        "requeue" => PreemptMode::Requeue,
+        "cancel" => PreemptMode::Cancel,
+        other => {
+            return Err(format!(
+                "partition {}: unknown preempt_mode {other:?} (expected off, requeue or cancel)",
+                p.name
+            ))
+        }
+    };
+    Ok(PartitionRecord {
         partition: Partition {
             name: p.name.clone(),
             default: p.is_default,
@@ -206,10 +253,11 @@ pub fn partition_from(p: &api::Partition) -> PartitionRecord {
             min_nodes: p.min_nodes,
             priority_job_factor: p.priority_job_factor,
             qos: p.qos.clone(),
-            ..Partition::default()
+            preempt_mode,
+            reserve_all_alternatives: p.reserve_all_alternatives,
         },
         hosts: p.hosts.clone(),
-    }
+    })
 }
 
 pub fn partition_to(p: &PartitionRecord) -> api::Partition {
@@ -224,6 +272,8 @@ pub fn partition_to(p: &PartitionRecord) -> api::Partition {
         max_nodes: q.max_nodes,
         min_nodes: q.min_nodes,
         priority_job_factor: q.priority_job_factor,
+        preempt_mode: preempt_mode_word(q.preempt_mode, "off"),
+        reserve_all_alternatives: q.reserve_all_alternatives,
     }
 }
 

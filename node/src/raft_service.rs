@@ -10,6 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Response, Status};
 
+use crate::forward::{ForwardOutcome, FORWARD_BATCH_COMMANDS_MAX};
 use crate::node::{Node, ProposeError};
 
 pub struct RaftService {
@@ -78,5 +79,29 @@ impl RaftTransport for RaftService {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    async fn forward_batch(
+        &self,
+        request: tonic::Request<RaftMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        let requests: Vec<Request> = decode(request.get_ref())?;
+        if requests.len() > FORWARD_BATCH_COMMANDS_MAX {
+            return Err(Status::invalid_argument(format!(
+                "a forward batch carries at most {FORWARD_BATCH_COMMANDS_MAX} commands, not {}",
+                requests.len()
+            )));
+        }
+        // Proposed together, so they wait for the batcher side by side and
+        // share its log entries; answered one by one, in order.
+        let proposals = requests
+            .into_iter()
+            .map(|r| self.node.propose_local(r.command));
+        let outcomes: Vec<ForwardOutcome> = futures::future::join_all(proposals)
+            .await
+            .into_iter()
+            .map(ForwardOutcome::from_result)
+            .collect();
+        reply::<_, ()>(Ok(outcomes))
     }
 }

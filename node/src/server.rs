@@ -108,6 +108,17 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         path: config.data_dir.clone(),
         source,
     })?;
+    // The HTTP listener (metrics, health, REST) is bound first: a start
+    // that cannot have it fails here, before the node joins anything.
+    let http_listener = match config.metrics_listen {
+        Some(addr) => Some(
+            crate::metrics::bind(addr)
+                .await
+                .map_err(|e| ServerError::Metrics(e.to_string()))?,
+        ),
+        None => None,
+    };
+
     let store = berth_raft_store::open(&store_path(&config.data_dir))?;
     // Backups read the state machine's RocksDB (a cheap handle clone).
     let backup_source = store.state_machine.clone();
@@ -130,9 +141,11 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     let listen = config.listen;
     let node = Arc::new(Node::new(config, raft, store.state, store.applied, auth));
 
-    // One service object behind both APIs: gRPC and REST (`rest`).
+    // One service object behind both APIs: gRPC and REST (`rest`), and
+    // behind the web UI (`ui`).
     let api_service = Arc::new(ApiService::new(node.clone(), backup_source));
-    let rest = crate::rest::for_node(api_service.clone());
+    let rest =
+        crate::rest::for_node(api_service.clone()).merge(crate::ui::for_node(api_service.clone()));
     let api = BerthApiServer::from_arc(api_service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -168,11 +181,12 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         });
     let server_task = tokio::spawn(serve);
 
-    let metrics_task = match node.config.metrics_listen {
-        Some(addr) => {
+    let metrics_task = match http_listener {
+        Some(listener) => {
             let handle =
                 crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
-            let task = crate::metrics::serve(addr, node.clone(), handle, rest, shutdown.clone());
+            let task =
+                crate::metrics::serve(listener, node.clone(), handle, rest, shutdown.clone());
             Some(tokio::spawn(async move {
                 if let Err(e) = task.await {
                     tracing::error!(error = %e, "metrics endpoint stopped");
@@ -185,6 +199,11 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     bootstrap(&node).await?;
     let loop_task = tokio::spawn(scheduling_loop(node.clone(), shutdown.clone()));
     tracing::info!(node = node.id, %listen, "berthd serving");
+    // A `Type=notify` unit (deploy/systemd/berthd.service) counts the node
+    // started only now, so dependent units wait for a serving node.
+    if let Err(e) = crate::sd_notify::ready(&format!("node {} serving on {listen}", node.id)) {
+        tracing::warn!(error = %e, "could not tell systemd the node is ready");
+    }
 
     let served = server_task.await;
     let _ = loop_task.await;

@@ -2,7 +2,7 @@
 //! proposed through Raft (invariant 2). Time arrives inside the command,
 //! stamped by the leader, so `apply` never reads a clock.
 
-use berth_scheduler::{Inventory, JobId, JobSpec, JobState, Placement};
+use berth_scheduler::{AdminReservation, Eviction, Inventory, JobId, JobSpec, JobState, Placement};
 use serde::{Deserialize, Serialize};
 
 use crate::policy::PolicyChange;
@@ -19,14 +19,83 @@ pub enum JobAction {
     /// A running job is stopped and goes back to the queue; a finished one
     /// is queued again. `hold`: it comes back held (`scontrol requeuehold`).
     Requeue { hold: bool },
+    /// Sends `signal` (a Linux number) to the running job without stopping
+    /// it (`scancel --signal`): to every process of the job, or only its
+    /// batch shell when `batch_only`. Recorded on the job for its current
+    /// allocation; its agent sends it once. Added in command version 8.
+    Signal { signal: u32, batch_only: bool },
+}
+
+/// What `UpdateJob` changes (`scontrol update JobId=N KEY=VALUE...`);
+/// `None` leaves a field as it is. Added in command version 8.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobUpdate {
+    /// `TimeLimit=`, in s; 0 = none (UNLIMITED).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<u64>,
+    /// `Partition=`: replaces the list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nice: Option<i32>,
+    /// `Dependency=`; "" removes every dependency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<String>,
+    /// `StartTime=` (the begin time), ms since the epoch; 0 = now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin_ms: Option<u64>,
+    /// `Name=` (JobName).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// `Features=`: replaces the list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<Vec<String>>,
+}
+
+impl JobUpdate {
+    /// True when it changes only the time limit (allowed for a running
+    /// job).
+    pub fn only_time_limit(&self) -> bool {
+        self.time_limit_s.is_some()
+            && *self
+                == JobUpdate {
+                    time_limit_s: self.time_limit_s,
+                    ..JobUpdate::default()
+                }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == JobUpdate::default()
+    }
 }
 
 /// Version of the command encoding this build writes and understands. A node
 /// that meets a higher version refuses to apply it (and stops) rather than
 /// misapplying it. History: 1 = the foundation's commands; 2 = adds
 /// `SetPolicy` (a version-1 node must not skip a policy change silently);
-/// 3 = adds `Batch` (a version-2 node cannot read one).
-pub const COMMAND_VERSION: u32 = 3;
+/// 3 = adds `Batch` (a version-2 node cannot read one); 4 = adds
+/// `RegisterHost::drain_reason` (a version-3 node would drop the drain);
+/// 5 = `SubmitJob`'s spec carries `dependency`, `begin_ms`, `exclusive`,
+/// `features`, `reservation` and `preemptible` (a version-4 node would
+/// drop them and start such a job too early or beside others); 6 = job
+/// arrays: `SubmitJob`'s spec carries `array` (a version-5 node would make
+/// one job instead of one per task) and adds `CancelArray`; 7 =
+/// `ApplyPlan` carries the plan's `evictions` and `borrowed` jobs (a
+/// version-6 node would start a claimant beside victims it never stopped,
+/// and count a loan against quotas), and adds `CreateReservation` and
+/// `DeleteReservation`; 8 = `SubmitJob`'s spec carries
+/// `warn_signal*` (`--signal`; a version-7 node would drop it), adds
+/// `JobAction::Signal` (`scancel --signal`) and `UpdateJob` (`scontrol
+/// update`), and `RegisterHost`'s inventory carries `features` (a
+/// version-7 node would drop them and never place a constrained job);
+/// 9 = `SubmitJob`'s spec carries `alternatives` and a placement's `path`
+/// picks one (a version-8 node would drop them and place the job's own
+/// request instead).
+pub const COMMAND_VERSION: u32 = 9;
 
 /// One Raft log payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,6 +133,9 @@ pub enum Command {
     /// Cancel a job: pending ones end at once, running ones once their agent
     /// reports the stop.
     CancelJob { job_id: JobId, now_ms: u64 },
+    /// Cancel every unfinished task of the array whose id (its first
+    /// task's job id) is `array_job_id`. Added in command version 6.
+    CancelArray { array_job_id: JobId, now_ms: u64 },
     /// An agent's host and inventory. When `agent_restarted`, allocations
     /// on the host whose ids are not in `running_allocs` are lost.
     RegisterHost {
@@ -72,6 +144,12 @@ pub enum Command {
         agent_restarted: bool,
         running_allocs: Vec<u64>,
         now_ms: u64,
+        /// Why the agent found its own host unfit (declared inventory that
+        /// discovery contradicts, a GPU gone, a failing emulator health
+        /// check): the host is drained with this reason. Empty: not
+        /// drained by its agent. Added in command version 4.
+        #[serde(default)]
+        drain_reason: String,
     },
     /// One scheduling pass's placements, computed from the state at
     /// `snapshot_index`. `apply` re-checks each one (invariant 3).
@@ -79,7 +157,26 @@ pub enum Command {
         snapshot_index: u64,
         now_ms: u64,
         starts: Vec<Placement>,
+        /// Running jobs to stop for blocked ones (preemption, idle-fill
+        /// reclaim); each re-checked against its allocation. Added in
+        /// command version 7.
+        #[serde(default)]
+        evictions: Vec<Eviction>,
+        /// Jobs of `starts` placed on lent capacity (idle-fill): checked
+        /// with their QOS node cap lifted and counted in no quota. Added
+        /// in command version 7.
+        #[serde(default)]
+        borrowed: Vec<JobId>,
     },
+    /// An admin reservation: a window on hosts for users/accounts, or for
+    /// no one (maintenance). Validated in `apply`. Added in command
+    /// version 7.
+    CreateReservation {
+        reservation: AdminReservation,
+        now_ms: u64,
+    },
+    /// Removes the admin reservation `name`. Added in command version 7.
+    DeleteReservation { name: String, now_ms: u64 },
     /// Running jobs the leader found past their time limit at `now_ms`.
     /// `apply` re-checks each against the limit and the allocation.
     TimeLimitReached {
@@ -110,6 +207,16 @@ pub enum Command {
         action: JobAction,
         now_ms: u64,
     },
+    /// Changes a job's spec (`scontrol update`): most keys while it is
+    /// pending, its time limit also while it runs. `admin`: the caller is
+    /// an administrator (may raise a time limit). `apply` checks the new
+    /// spec as a submit would. Added in command version 8.
+    UpdateJob {
+        job_id: JobId,
+        update: JobUpdate,
+        admin: bool,
+        now_ms: u64,
+    },
     /// The job's process ended (or could not start).
     JobExited {
         job_id: JobId,
@@ -134,6 +241,7 @@ impl Command {
         match self {
             Command::SubmitJob { now_ms, .. }
             | Command::CancelJob { now_ms, .. }
+            | Command::CancelArray { now_ms, .. }
             | Command::RegisterHost { now_ms, .. }
             | Command::ApplyPlan { now_ms, .. }
             | Command::TimeLimitReached { now_ms, .. }
@@ -141,7 +249,10 @@ impl Command {
             | Command::JobStarted { now_ms, .. }
             | Command::JobExited { now_ms, .. }
             | Command::SetPolicy { now_ms, .. }
-            | Command::ControlJob { now_ms, .. } => *now_ms = now,
+            | Command::ControlJob { now_ms, .. }
+            | Command::CreateReservation { now_ms, .. }
+            | Command::DeleteReservation { now_ms, .. }
+            | Command::UpdateJob { now_ms, .. } => *now_ms = now,
             Command::Batch { commands } => {
                 for command in commands {
                     command.stamp(now);
@@ -155,13 +266,17 @@ impl Command {
             Command::SubmitJob { .. } => "SubmitJob",
             Command::SetPolicy { .. } => "SetPolicy",
             Command::ControlJob { .. } => "ControlJob",
+            Command::UpdateJob { .. } => "UpdateJob",
             Command::CancelJob { .. } => "CancelJob",
+            Command::CancelArray { .. } => "CancelArray",
             Command::RegisterHost { .. } => "RegisterHost",
             Command::ApplyPlan { .. } => "ApplyPlan",
             Command::TimeLimitReached { .. } => "TimeLimitReached",
             Command::HostsSilent { .. } => "HostsSilent",
             Command::JobStarted { .. } => "JobStarted",
             Command::JobExited { .. } => "JobExited",
+            Command::CreateReservation { .. } => "CreateReservation",
+            Command::DeleteReservation { .. } => "DeleteReservation",
             Command::Batch { .. } => "Batch",
         }
     }
@@ -183,6 +298,9 @@ pub enum Response {
     PlanApplied {
         started: u32,
         dropped: u32,
+        /// Evictions that passed the re-check and were committed.
+        #[serde(default)]
+        evicted: u32,
     },
     /// How many of the named jobs were marked to stop for their time limit.
     TimeLimitsEnforced {
@@ -200,6 +318,10 @@ pub enum Response {
     PolicySet,
     /// A hold, release or requeue was applied.
     JobControlled,
+    /// An `UpdateJob` was applied: what changed, `Key old -> new` each.
+    JobUpdated {
+        changes: Vec<String>,
+    },
     /// The command was refused and changed nothing.
     Rejected {
         reason: String,

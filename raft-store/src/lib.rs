@@ -26,9 +26,12 @@ pub mod store;
 
 pub use backup::{Backup, BackupError, BackupHeader};
 pub use check::{check, CheckReport};
-pub use command::{Command, JobAction, Request, Response, COMMAND_VERSION};
+pub use command::{Command, JobAction, JobUpdate, Request, Response, COMMAND_VERSION};
 pub use error::StoreError;
-pub use state::{HostRecord, JobEvent, JobRecord, SharedState, SmState};
+pub use state::{
+    HostRecord, JobEvent, JobRecord, SharedState, SignalRequest, SmState,
+    HOST_DRAIN_REASON_BYTES_MAX, SIGNALS_PER_JOB_MAX,
+};
 pub use store::{open, LogStore, StateMachineStore, StoreHandles};
 
 /// Raft node ids.

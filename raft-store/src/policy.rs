@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use berth_scheduler::assoc::ROOT_ACCOUNT;
 use berth_scheduler::qos::NORMAL_QOS;
 use berth_scheduler::usage::Usage;
-use berth_scheduler::{Account, Partition, Qos, UserRecord};
+use berth_scheduler::{Account, AdminReservation, Partition, Qos, UserRecord};
 use serde::{Deserialize, Serialize};
 
 /// Longest policy object name accepted, in bytes.
@@ -34,6 +34,10 @@ pub struct PolicyTables {
     pub accounts: BTreeMap<String, Account>,
     pub users: BTreeMap<String, UserRecord>,
     pub partitions: BTreeMap<String, PartitionRecord>,
+    /// Admin reservations by name, ended ones included until deleted
+    /// (a job naming an ended one is told so). Changed only by
+    /// `CreateReservation` / `DeleteReservation`.
+    pub reservations: BTreeMap<String, AdminReservation>,
 }
 
 /// Decayed usage and the time it was last brought up to date.

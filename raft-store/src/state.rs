@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 use berth_scheduler::{
-    fits, Allocation, Host, HostState, Inventory, Job, JobId, JobSpec, JobState, PendingJob,
-    Placement, Resources, RunningJob, Snapshot,
+    fits, Allocation, Eviction, Host, HostState, Inventory, Job, JobId, JobSpec, JobState,
+    PendingJob, Placement, Resources, RunningJob, Snapshot,
 };
 use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
@@ -16,8 +16,20 @@ use crate::command::{Command, Response};
 use crate::policy::{PolicyTables, UsageState};
 use crate::NodeId;
 
+mod array;
+mod evict;
 mod lifecycle;
 mod policy_apply;
+mod reservations;
+mod spec_rules;
+mod update;
+
+pub use evict::ROOM_FREED_HOLD_MS;
+pub use reservations::{RESERVATIONS_MAX, RESERVATION_NAMES_MAX};
+
+pub use array::ARRAY_TASKS_MAX;
+
+pub use spec_rules::{DEPENDENCY_BYTES_MAX, FEATURES_PER_JOB_MAX, NAME_BYTES_MAX};
 
 /// Events kept per job; older ones are dropped first.
 pub const EVENTS_PER_JOB_MAX: usize = 128;
@@ -52,6 +64,36 @@ pub struct JobRecord {
     /// Events ever recorded for the job (the last one's `seq`).
     #[serde(default)]
     pub events_total: u64,
+    /// The last [`SIGNALS_PER_JOB_MAX`] signals asked for while it ran
+    /// (`scancel --signal`); only those of its current allocation reach
+    /// the agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<SignalRequest>,
+    /// Signals ever asked for the job (the last one's `seq`).
+    #[serde(default, skip_serializing_if = "u64_is_zero")]
+    pub signals_total: u64,
+}
+
+fn u64_is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Most signal requests kept per job: more than an agent can miss between
+/// two assignment sets in practice; older ones are dropped first.
+pub const SIGNALS_PER_JOB_MAX: usize = 16;
+
+/// One `scancel --signal` of a running job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalRequest {
+    /// 1 for the job's first signal, then one more for each.
+    pub seq: u64,
+    /// The allocation it was asked for; an agent running another one
+    /// never sees it.
+    pub alloc_id: u64,
+    /// Linux signal number.
+    pub signal: u32,
+    /// Only the batch shell.
+    pub batch_only: bool,
 }
 
 impl JobRecord {
@@ -69,27 +111,40 @@ impl JobRecord {
     }
 }
 
+/// Longest drain reason a host registration may carry, in bytes.
+pub const HOST_DRAIN_REASON_BYTES_MAX: usize = 1024;
+
 /// A registered host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostRecord {
     pub name: String,
     pub inventory: Inventory,
     pub registered_ms: u64,
+    /// Why its agent drained the host (empty: not drained). A drained host
+    /// takes no new work; what runs there goes on.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub drain_reason: String,
     /// Sum of running allocations. Derived from the jobs; rebuilt on load.
     #[serde(skip)]
     pub allocated: Resources,
 }
 
 impl HostRecord {
-    /// The host as the scheduler's `fits` sees it, in `state`.
+    /// The host as the scheduler's `fits` sees it: `state` from liveness,
+    /// except that an up host its agent drained is `Drain`.
     pub fn view(&self, state: HostState) -> Host {
+        let state = if state == HostState::Up && !self.drain_reason.is_empty() {
+            HostState::Drain
+        } else {
+            state
+        };
         Host {
             name: self.name.clone(),
             inventory: self.inventory.clone(),
             state,
             allocated: self.allocated,
             partitions: Vec::new(),
-            features: Vec::new(),
+            features: self.inventory.features.clone(),
         }
     }
 }
@@ -143,6 +198,9 @@ pub struct SmState {
     pending: BTreeSet<JobId>,
     running: BTreeSet<JobId>,
     request_id_of_job: BTreeMap<JobId, String>,
+    /// Pending jobs with a first claim on room their victims freed
+    /// (`Job::room_freed_ms` set).
+    room_claims: BTreeSet<JobId>,
 }
 
 /// The state shared between openraft's state machine and the node's readers
@@ -171,6 +229,9 @@ impl SmState {
             match record.job.state {
                 JobState::Pending => {
                     state.pending.insert(*id);
+                    if record.job.room_freed_ms != 0 {
+                        state.room_claims.insert(*id);
+                    }
                 }
                 JobState::Running => {
                     state.running.insert(*id);
@@ -226,6 +287,18 @@ impl SmState {
             .collect()
     }
 
+    /// Running allocations on `host` whose stop is committed: they left
+    /// the assignment set, and an agent that never received one must be
+    /// told about it to report it ended (see `AssignmentSet::stopping`).
+    pub fn stopping_on(&self, host: &str) -> Vec<&JobRecord> {
+        self.running
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id))
+            .filter(|r| r.job.stopping())
+            .filter(|r| r.job.alloc.as_ref().is_some_and(|a| a.host == host))
+            .collect()
+    }
+
     /// The scheduler's view: hosts with what is allocated, pending jobs in
     /// queue order. `host_state` says, from leader soft state, whether each
     /// host's agent is alive.
@@ -240,15 +313,23 @@ impl SmState {
                 view
             })
             .collect();
+        let deps = spec_rules::DependencyView::new(self);
+        // Victims are stopping for these, or just left for them: the room
+        // is theirs first.
+        let mut room_freed = self.evicted_for();
+        room_freed.extend(self.room_claims.iter().copied());
         let pending = self
             .pending
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
-            // The live system places single-host, shared jobs for now.
+            // The live system places single-host jobs for now.
             .map(|r| PendingJob {
                 id: r.job.id,
                 submit_ms: r.job.submit_ms,
                 held: r.job.held(),
+                dependency: deps.status(r).reason(),
+                array: array::task_of(&r.job.spec),
+                room_freed: room_freed.contains(&r.job.id),
                 ..policy_apply::pending_of(&r.job.spec)
             })
             .collect();
@@ -261,17 +342,31 @@ impl SmState {
             .filter_map(|r| {
                 let alloc = r.job.alloc.as_ref()?;
                 let limit_ms = r.job.spec.time_limit_s.saturating_mul(1000);
+                let mut end_ms = (limit_ms > 0).then(|| alloc.start_ms.saturating_add(limit_ms));
+                // An evicted job is gone once its grace is over (then its
+                // agent kills it): backfill may count on that.
+                if let Some(mark) = &r.job.evicted {
+                    let gone_ms = mark.at_ms.saturating_add(mark.grace_s.saturating_mul(1000));
+                    end_ms = Some(end_ms.map_or(gone_ms, |e| e.min(gone_ms)));
+                }
                 Some(RunningJob {
                     id: r.job.id,
                     hosts: vec![alloc.host.clone()],
                     per_host: alloc.resources,
-                    end_ms: (limit_ms > 0).then(|| alloc.start_ms.saturating_add(limit_ms)),
+                    end_ms,
                     start_ms: alloc.start_ms,
                     user: r.job.spec.user.clone(),
                     account: r.job.spec.account.clone(),
                     qos: r.job.spec.qos.clone(),
                     partition: alloc.partition.clone(),
-                    ..RunningJob::default()
+                    array: array::task_of(&r.job.spec),
+                    submit_ms: r.job.submit_ms,
+                    nice: r.job.spec.nice,
+                    preemptible: r.job.spec.preemptible,
+                    alloc_id: alloc.alloc_id,
+                    evicted_for: r.job.evicted.as_ref().map(|m| m.for_job),
+                    borrowed: r.job.borrowed,
+                    reclaims: r.job.reclaims,
                 })
             })
             .collect();
@@ -293,14 +388,19 @@ impl SmState {
                 now_ms,
             } => self.submit(request_id, spec, *now_ms, dirty),
             Command::CancelJob { job_id, now_ms } => self.cancel(*job_id, *now_ms, dirty),
+            Command::CancelArray {
+                array_job_id,
+                now_ms,
+            } => self.cancel_array(*array_job_id, *now_ms, dirty),
             Command::RegisterHost {
                 name,
                 inventory,
                 agent_restarted,
                 running_allocs,
                 now_ms,
+                drain_reason,
             } => {
-                let response = self.register_host(name, inventory, *now_ms, dirty);
+                let response = self.register_host(name, inventory, drain_reason, *now_ms, dirty);
                 if *agent_restarted && response == Response::HostRegistered {
                     self.end_lost_allocations(name, running_allocs, *now_ms, dirty);
                 }
@@ -310,7 +410,14 @@ impl SmState {
                 snapshot_index,
                 now_ms,
                 starts,
-            } => self.apply_plan(*snapshot_index, starts, *now_ms, dirty),
+                evictions,
+                borrowed,
+            } => self.apply_plan(*snapshot_index, starts, borrowed, evictions, *now_ms, dirty),
+            Command::CreateReservation {
+                reservation,
+                now_ms,
+            } => self.create_reservation(reservation, *now_ms),
+            Command::DeleteReservation { name, .. } => self.delete_reservation(name),
             Command::TimeLimitReached {
                 allocations,
                 now_ms,
@@ -340,6 +447,12 @@ impl SmState {
                 action,
                 now_ms,
             } => self.control(*job_id, *action, *now_ms, dirty),
+            Command::UpdateJob {
+                job_id,
+                update,
+                admin,
+                now_ms,
+            } => self.update_job(*job_id, update, *admin, *now_ms, dirty),
             Command::JobExited {
                 job_id,
                 alloc_id,
@@ -386,14 +499,37 @@ impl SmState {
                 duplicate: true,
             };
         }
-        if let Err(reason) = validate_submit(request_id, spec) {
+        if let Err(reason) =
+            validate_submit(request_id, spec).and_then(|()| self.check_dependency_jobs(spec))
+        {
             return Response::Rejected { reason };
         }
         let spec = match self.resolve_submit(spec) {
             Ok(resolved) => resolved,
             Err(reason) => return Response::Rejected { reason },
         };
-        let spec = &spec;
+        // With the account resolved: the reservation must admit it.
+        if let Err(reason) = self.check_reservation(&spec, now_ms) {
+            return Response::Rejected { reason };
+        }
+        let first_id = self.data.counters.next_job_id;
+        let tasks = match array::task_specs(&spec, first_id) {
+            Ok(tasks) => tasks,
+            Err(reason) => return Response::Rejected { reason },
+        };
+        for spec in &tasks {
+            self.make_job(spec, now_ms, dirty);
+        }
+        self.remember_request_id(request_id, first_id, dirty);
+        Response::Submitted {
+            job_id: first_id,
+            duplicate: false,
+        }
+    }
+
+    /// One new pending job with the next id (a submit makes one per array
+    /// task).
+    fn make_job(&mut self, spec: &JobSpec, now_ms: u64, dirty: &mut Dirty) {
         let job_id = self.data.counters.next_job_id;
         self.data.counters.next_job_id += 1;
         let mut record = JobRecord {
@@ -411,16 +547,32 @@ impl SmState {
                 requeue_requested: false,
                 admin_hold: false,
                 restarts: 0,
+                borrowed: false,
+                reclaims: 0,
+                evicted: None,
+                room_freed_ms: 0,
             },
             events: Vec::new(),
             events_total: 0,
+            signals: Vec::new(),
+            signals_total: 0,
         };
         let held = if spec.hold { " (held)" } else { "" };
+        let alts = if spec.alternatives.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} alternative resource sets)", spec.alternatives.len())
+        };
+        let task = if spec.array_job_id != 0 {
+            format!(" (array task {}_{})", spec.array_job_id, spec.array_task_id)
+        } else {
+            String::new()
+        };
         record.push_event(
             now_ms,
             "submitted",
             format!(
-                "Submitted by {} : {} cpus, {} MiB{held}",
+                "Submitted by {} : {} cpus, {} MiB{alts}{held}{task}",
                 spec.user,
                 spec.per_host().cpus,
                 spec.mem_mb
@@ -433,11 +585,6 @@ impl SmState {
         self.data.jobs.insert(job_id, record);
         self.pending.insert(job_id);
         dirty.jobs.insert(job_id);
-        self.remember_request_id(request_id, job_id, dirty);
-        Response::Submitted {
-            job_id,
-            duplicate: false,
-        }
     }
 
     fn remember_request_id(&mut self, request_id: &str, job_id: JobId, dirty: &mut Dirty) {
@@ -498,6 +645,7 @@ impl SmState {
         &mut self,
         name: &str,
         inventory: &Inventory,
+        drain_reason: &str,
         now_ms: u64,
         dirty: &mut Dirty,
     ) -> Response {
@@ -505,6 +653,17 @@ impl SmState {
             return Response::Rejected {
                 reason: "host name is empty".into(),
             };
+        }
+        if drain_reason.len() > HOST_DRAIN_REASON_BYTES_MAX {
+            return Response::Rejected {
+                reason: format!(
+                    "drain reason of {} bytes is longer than {HOST_DRAIN_REASON_BYTES_MAX}",
+                    drain_reason.len()
+                ),
+            };
+        }
+        if let Err(reason) = spec_rules::validate_host_features(&inventory.features) {
+            return Response::Rejected { reason };
         }
         let allocated = self
             .data
@@ -518,6 +677,7 @@ impl SmState {
                 name: name.to_string(),
                 inventory: inventory.clone(),
                 registered_ms: now_ms,
+                drain_reason: drain_reason.to_string(),
                 allocated,
             },
         );
@@ -572,20 +732,32 @@ impl SmState {
             // A job that allows it goes back to the queue (Slurm's
             // --requeue), counted against the automatic requeue bound.
             if record.job.spec.requeue && !record.job.cancel_requested {
-                self.back_to_queue(job_id, &format!("NODE_FAIL: {why}"), true, now_ms, dirty);
+                self.back_to_queue(
+                    job_id,
+                    &format!("NODE_FAIL: {why}"),
+                    true,
+                    true,
+                    now_ms,
+                    dirty,
+                );
                 continue;
             }
             record.job.state = JobState::NodeFail;
             record.job.end_ms = now_ms;
             record.push_event(now_ms, "node-fail", format!("NODE_FAIL: {why}"));
-            self.release_allocation(job_id, dirty);
+            self.release_allocation(job_id, now_ms, dirty);
         }
         ended
     }
 
     /// A running job has reached its final state: its allocation's
     /// resources go back to its host and it leaves the running index.
-    fn release_allocation(&mut self, job_id: JobId, dirty: &mut Dirty) {
+    /// Ends the job's run: its host gets the room back, and a borrowed
+    /// run is charged to usage now (unless a reclaim ended it).
+    fn release_allocation(&mut self, job_id: JobId, now_ms: u64, dirty: &mut Dirty) {
+        if self.running.contains(&job_id) {
+            self.charge_borrowed_run(job_id, now_ms);
+        }
         self.running.remove(&job_id);
         dirty.jobs.insert(job_id);
         let Some(alloc) = self
@@ -619,7 +791,9 @@ impl SmState {
         self.running
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
-            .filter(|r| !r.job.cancel_requested && !r.job.time_limit_reached)
+            .filter(|r| {
+                !r.job.cancel_requested && !r.job.time_limit_reached && r.job.evicted.is_none()
+            })
             .filter_map(|r| {
                 let alloc = r.job.alloc.as_ref()?;
                 past_limit(&r.job.spec, alloc.start_ms, now_ms)
@@ -649,6 +823,7 @@ impl SmState {
                 || record.job.state != JobState::Running
                 || record.job.cancel_requested
                 || record.job.time_limit_reached
+                || record.job.evicted.is_some()
                 || !past_limit(&record.job.spec, alloc.start_ms, now_ms)
             {
                 continue;
@@ -670,19 +845,60 @@ impl SmState {
         &mut self,
         snapshot_index: u64,
         starts: &[Placement],
+        borrowed: &[JobId],
+        evictions: &[Eviction],
         now_ms: u64,
         dirty: &mut Dirty,
     ) -> Response {
         let mut started = 0u32;
         let mut dropped = 0u32;
         self.accrue_usage(now_ms);
+        self.expire_room_claims(now_ms, dirty);
         let mut limits = self.limit_recheck(now_ms);
+        // Begin times and dependencies, read before any of the plan starts:
+        // a start never satisfies another job's dependency, and a
+        // singleton peer pending ahead still blocks in the pass's snapshot.
+        let mut array_running = self.array_running(starts);
+        let not_yet: BTreeSet<JobId> = {
+            let view = spec_rules::DependencyView::new(self);
+            starts
+                .iter()
+                .filter(|p| {
+                    self.data
+                        .jobs
+                        .get(&p.job_id)
+                        .is_some_and(|r| self.start_blocker(&view, r, now_ms).is_some())
+                })
+                .map(|p| p.job_id)
+                .collect()
+        };
         for placement in starts {
-            if !self.limits_allow(&mut limits, placement) {
+            if not_yet.contains(&placement.job_id) {
                 dropped += 1;
                 continue;
             }
-            if self.recheck_and_start(placement, now_ms, dirty) {
+            // The array's %max, counting the plan's earlier starts.
+            let limit = self
+                .data
+                .jobs
+                .get(&placement.job_id)
+                .and_then(|r| array::task_of(&r.job.spec))
+                .filter(|a| a.max_running > 0);
+            if let Some(a) = limit {
+                if array_running.get(&a.array_id).copied().unwrap_or(0) >= a.max_running {
+                    dropped += 1;
+                    continue;
+                }
+            }
+            let on_loan = borrowed.contains(&placement.job_id);
+            if !self.limits_allow(&mut limits, placement, on_loan) {
+                dropped += 1;
+                continue;
+            }
+            if self.recheck_and_start(placement, on_loan, now_ms, dirty) {
+                if let Some(a) = limit {
+                    *array_running.entry(a.array_id).or_default() += 1;
+                }
                 started += 1;
             } else {
                 dropped += 1;
@@ -695,25 +911,58 @@ impl SmState {
                 "plan placements no longer valid were dropped"
             );
         }
-        Response::PlanApplied { started, dropped }
+        // After the starts, as the pass decided them: victims keep their
+        // room until their agents report them gone.
+        let evicted = self.apply_evictions(evictions, now_ms, dirty);
+        Response::PlanApplied {
+            started,
+            dropped,
+            evicted,
+        }
     }
 
     /// Invariant 3: the placement is checked again against the state it
     /// lands on, with the same `fits` the pass used.
-    fn recheck_and_start(&mut self, placement: &Placement, now_ms: u64, dirty: &mut Dirty) -> bool {
+    fn recheck_and_start(
+        &mut self,
+        placement: &Placement,
+        borrowed: bool,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> bool {
         let Some(record) = self.data.jobs.get(&placement.job_id) else {
             return false;
         };
         if record.job.state != JobState::Pending || record.job.held() {
             return false;
         }
-        if placement.resources != record.job.spec.per_host() {
+        if let Some(why) = self.reservation_blocks(&record.job.spec, &placement.host, now_ms) {
+            tracing::debug!(job = placement.job_id, %why, "placement dropped");
             return false;
         }
         let Some(host) = self.data.hosts.get(&placement.host) else {
             return false;
         };
-        // Liveness is leader soft state; the re-check is about capacity.
+        // What the job takes there: its request, or the whole host when
+        // exclusive (then `fits` below also finds the host empty).
+        let spec = &record.job.spec;
+        // The resource path the plan chose: an alternative's request, or
+        // the job's own; a path the job does not have drops the placement.
+        let Some(shape) = spec.shape_on(placement.path) else {
+            return false;
+        };
+        let view = host.view(HostState::Up);
+        // The host must be of the path's kind: GPU model, emulator kind
+        // and group, features.
+        if berth_scheduler::fit::eligible(&view, &shape, None).is_err() {
+            return false;
+        }
+        let need = berth_scheduler::pass::need_on(&view, shape.per_host, spec.exclusive);
+        if need != Some(placement.resources) {
+            return false;
+        }
+        // Liveness is leader soft state; the re-check is about capacity and
+        // a drain its agent asked for (the view says `Drain` then).
         if fits(&host.view(HostState::Up), placement.resources).is_err() {
             return false;
         }
@@ -744,6 +993,10 @@ impl SmState {
             return false;
         };
         record.job.state = JobState::Running;
+        record.job.borrowed = borrowed;
+        record.job.evicted = None;
+        record.job.room_freed_ms = 0;
+        self.room_claims.remove(&placement.job_id);
         record.job.alloc = Some(Allocation {
             alloc_id,
             host: placement.host.clone(),
@@ -751,12 +1004,35 @@ impl SmState {
             start_ms: now_ms,
             partition: placement.partition.clone(),
             gpu_indices,
+            alternative: if record.job.spec.alternatives.is_empty() {
+                0
+            } else {
+                u32::try_from(placement.path + 1).unwrap_or(u32::MAX)
+            },
         });
+        let loan = if borrowed {
+            " on borrowed capacity (idle-fill; reclaimable)"
+        } else {
+            ""
+        };
         record.push_event(
             now_ms,
             "allocated",
-            format!("Allocated on {} (allocation {alloc_id})", placement.host),
+            format!(
+                "Allocated on {} (allocation {alloc_id}){loan}",
+                placement.host
+            ),
         );
+        let sets = &record.job.spec.alternatives;
+        if let Some(set) = sets.get(placement.path) {
+            let text = format!(
+                "Started on alternative {} of {} ({})",
+                placement.path + 1,
+                sets.len(),
+                set_text(set)
+            );
+            record.push_event(now_ms, "alternative", text);
+        }
         self.pending.remove(&placement.job_id);
         self.running.insert(placement.job_id);
         dirty.jobs.insert(placement.job_id);
@@ -817,9 +1093,13 @@ impl SmState {
             // Already recorded: a retried report.
             return Response::Report { accepted: true };
         }
+        if let Some(mark) = record.job.evicted.clone() {
+            self.evicted_exit(job_id, &mark, host, now_ms, dirty);
+            return Response::Report { accepted: true };
+        }
         if record.job.requeue_requested && !record.job.cancel_requested {
             let how = format!("stopped on {host} for a requeue");
-            self.back_to_queue(job_id, &how, false, now_ms, dirty);
+            self.back_to_queue(job_id, &how, false, true, now_ms, dirty);
             return Response::Report { accepted: true };
         }
         let final_state = if record.job.cancel_requested {
@@ -847,7 +1127,7 @@ impl SmState {
             "ended",
             format!("{} on {host}: {how}", final_state.slurm_name()),
         );
-        self.release_allocation(job_id, dirty);
+        self.release_allocation(job_id, now_ms, dirty);
         Response::Report { accepted: true }
     }
 }
@@ -886,8 +1166,69 @@ pub fn validate_submit(request_id: &str, spec: &JobSpec) -> Result<(), String> {
         ));
     }
     spec.shape()?;
+    berth_scheduler::signal::validate_warn_signal(
+        spec.warn_signal,
+        spec.warn_signal_before_s,
+        spec.warn_signal_batch_only,
+    )?;
+    validate_alternatives(spec)?;
+    spec_rules::validate(spec)?;
+    array::validate(spec)?;
     Ok(())
 }
 
+/// The most alternative resource sets one job may carry (emulator jobs
+/// carry ten or more; the bound keeps a pass's work per job small).
+pub const ALTERNATIVES_MAX: usize = 32;
+
+/// A submit's alternative resource sets: bounded in number, each on one
+/// host, without a partition of its own (the job's partitions apply to
+/// every set), and each `gres` parsed by the job's own parser.
+fn validate_alternatives(spec: &JobSpec) -> Result<(), String> {
+    if spec.alternatives.len() > ALTERNATIVES_MAX {
+        return Err(format!(
+            "the job has {} alternative resource sets; at most {ALTERNATIVES_MAX} are allowed",
+            spec.alternatives.len()
+        ));
+    }
+    for (i, set) in spec.alternatives.iter().enumerate() {
+        let n = i + 1;
+        if set.nodes > 1 {
+            return Err(format!(
+                "alternative {n}: jobs on more than one host are not supported yet (asked for {} nodes)",
+                set.nodes
+            ));
+        }
+        if !set.partition.is_empty() {
+            return Err(format!(
+                "alternative {n}: a partition per alternative ({:?}) is not supported yet; \
+                 give the job's partitions with --partition, they apply to every alternative",
+                set.partition
+            ));
+        }
+    }
+    spec.alternative_shapes()?;
+    Ok(())
+}
+
+/// How an event names a resource set: `cpus=8,mem=32768M,gres=emu:zebu:2`.
+fn set_text(set: &berth_scheduler::ResourceSet) -> String {
+    let mut text = format!("cpus={},mem={}M", set.cpus.max(1), set.mem_mb);
+    if !set.gres.is_empty() {
+        text.push_str(&format!(",gres={}", set.gres.join(",")));
+    }
+    text
+}
+
+#[cfg(test)]
+mod alt_tests;
+#[cfg(test)]
+mod array_tests;
+#[cfg(test)]
+mod evict_tests;
+#[cfg(test)]
+mod spec_rules_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod update_tests;

@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::backup::Backup;
-use crate::command::{Response, COMMAND_VERSION};
+use crate::command::{Command, Response, COMMAND_VERSION};
 use crate::error::StoreError;
 use crate::state::{Counters, Dirty, SharedState, SmData, SmState};
 use crate::{NodeId, TypeConfig};
@@ -628,8 +628,30 @@ pub struct StateMachineStore {
     snapshot_lock: Arc<Mutex<()>>,
 }
 
+/// Whether applying `command` may change the policy tables or the usage
+/// record. Only those commands make an apply batch rewrite them (they are
+/// encoded whole), so a batch of submits writes just its jobs, request ids
+/// and counters. A submit only reads the policy (to resolve its account,
+/// QOS and partition); any other command, including any added later, is
+/// assumed to change both.
+fn may_change_policy(command: &Command) -> bool {
+    match command {
+        Command::SubmitJob { .. } => false,
+        Command::Batch { commands } => commands.iter().any(may_change_policy),
+        _ => true,
+    }
+}
+
 impl StateMachineStore {
-    fn persist(&self, state: &SmState, dirty: &Dirty) -> Result<(), StoreError> {
+    /// Writes what an apply batch changed, with the state-machine metadata,
+    /// as one synced batch. `policy_changed`: the policy tables and usage
+    /// are rewritten too (see [`may_change_policy`]).
+    fn persist(
+        &self,
+        state: &SmState,
+        dirty: &Dirty,
+        policy_changed: bool,
+    ) -> Result<(), StoreError> {
         let mut batch = WriteBatch::default();
         let jobs = cf(&self.db, CF_SM_JOBS);
         for id in &dirty.jobs {
@@ -652,7 +674,7 @@ impl StateMachineStore {
         for request_id in &dirty.request_ids_deleted {
             batch.delete_cf(requests, request_id.as_bytes());
         }
-        write_sm_meta(&mut batch, &self.db, &state.data)?;
+        write_sm_meta(&mut batch, &self.db, &state.data, policy_changed)?;
         self.db.write_opt(batch, &synced())?;
         Ok(())
     }
@@ -688,13 +710,23 @@ impl StateMachineStore {
     }
 }
 
-fn write_sm_meta(batch: &mut WriteBatch, db: &DB, data: &SmData) -> Result<(), StoreError> {
+/// Puts the state-machine metadata into `batch`; the policy tables and
+/// usage only when `with_policy` (they are unchanged otherwise, and are
+/// the largest of these values).
+fn write_sm_meta(
+    batch: &mut WriteBatch,
+    db: &DB,
+    data: &SmData,
+    with_policy: bool,
+) -> Result<(), StoreError> {
     let meta = cf(db, CF_SM_META);
     batch.put_cf(meta, KEY_LAST_APPLIED, encode(&data.last_applied)?);
     batch.put_cf(meta, KEY_MEMBERSHIP, encode(&data.last_membership)?);
     batch.put_cf(meta, KEY_COUNTERS, encode(&data.counters)?);
-    batch.put_cf(meta, KEY_POLICY, encode(&data.policy)?);
-    batch.put_cf(meta, KEY_USAGE, encode(&data.usage)?);
+    if with_policy {
+        batch.put_cf(meta, KEY_POLICY, encode(&data.policy)?);
+        batch.put_cf(meta, KEY_USAGE, encode(&data.usage)?);
+    }
     Ok(())
 }
 
@@ -891,6 +923,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     {
         let mut responses = Vec::new();
         let mut dirty = Dirty::default();
+        let mut policy_changed = false;
         let applied_index;
         {
             let mut state = self.write_state();
@@ -908,6 +941,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                             ));
                             return Err(StorageIOError::apply(entry.log_id, &err).into());
                         }
+                        policy_changed |= may_change_policy(&request.command);
                         state.apply(&request.command, &mut dirty)
                     }
                     EntryPayload::Membership(membership) => {
@@ -919,7 +953,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 state.data.last_applied = Some(entry.log_id);
                 responses.push(response);
             }
-            self.persist(&state, &dirty)
+            self.persist(&state, &dirty, policy_changed)
                 .map_err(|e| StorageIOError::write_state_machine(&e))?;
             applied_index = state.applied_index();
         }
@@ -970,7 +1004,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     encode(job_id)?,
                 );
             }
-            write_sm_meta(batch, &self.db, &data)?;
+            write_sm_meta(batch, &self.db, &data, true)?;
             batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT_META, encode(meta)?);
             batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT_DATA, &bytes);
             Ok(())
@@ -981,6 +1015,15 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             self.db
                 .write_opt(batch, &synced())
                 .map_err(|e| StorageIOError::write_snapshot(signature.clone(), &e))?;
+        }
+        // The state is durable in the synced WAL already; flushing it into
+        // tables keeps a restart from replaying a WAL that holds the whole
+        // state (16 s instead of 4 s at 1,000,000 jobs). A failed flush
+        // loses nothing, so it is logged, not returned.
+        for name in [CF_SM_JOBS, CF_SM_HOSTS, CF_SM_REQUESTS, CF_SM_META] {
+            if let Err(e) = self.db.flush_cf(cf(&self.db, name)) {
+                tracing::warn!(table = name, error = %e, "flush after snapshot install failed");
+            }
         }
         let jobs = data.jobs.len();
         let applied_index = {
@@ -1029,3 +1072,6 @@ pub fn store_path(data_dir: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod policy_persist_tests;

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use berth_raft_store::check::check;
@@ -17,13 +18,21 @@ use berth_raft_store::open;
 /// Kills, each of a fresh writer process on the same store.
 const KILLS: u32 = 50;
 const SEED: u64 = 0x5EED_0005;
-/// A writer is killed this long after it was started, chosen at random in
-/// the range: early kills land in open, Raft start-up and election, later
-/// ones among writes, snapshot builds and log purges.
-const KILL_AFTER_MS_MIN: u64 = 5;
-const KILL_AFTER_MS_MAX: u64 = 600;
+/// Even runs kill a writer this long after it was started, chosen at
+/// random in the range, so kills land in open, Raft start-up and election
+/// whatever the machine's speed.
+const KILL_AFTER_START_MS_MIN: u64 = 5;
+const KILL_AFTER_START_MS_MAX: u64 = 600;
+/// Odd runs kill a writer this long after its first acknowledgement, so
+/// they land among writes, snapshot builds and log purges however slowly a
+/// loaded machine starts the writer (timing from the start alone once left
+/// most kills in start-up under load).
+const KILL_AFTER_FIRST_ACK_MS_MIN: u64 = 0;
+const KILL_AFTER_FIRST_ACK_MS_MAX: u64 = 300;
+/// How long an odd run waits for the writer's first acknowledgement.
+const FIRST_ACK_DEADLINE_S: u64 = 60;
 /// The whole test must finish within this long.
-const TEST_DEADLINE_S: u64 = 120;
+const TEST_DEADLINE_S: u64 = 600;
 
 /// xorshift64*: seeded, so a failure is reproducible.
 struct Rng(u64);
@@ -43,7 +52,8 @@ impl Rng {
 
 /// Acknowledgements (request id, job id) printed by a writer. Only whole
 /// lines count: a line cut by the kill was never an acknowledgement.
-fn acks(stdout: impl std::io::Read) -> Vec<(String, u64)> {
+/// `first_ack` hears of the first one.
+fn acks(stdout: impl std::io::Read, first_ack: mpsc::Sender<()>) -> Vec<(String, u64)> {
     let mut reader = BufReader::new(stdout);
     let mut acks = Vec::new();
     let mut line = Vec::new();
@@ -65,6 +75,10 @@ fn acks(stdout: impl std::io::Read) -> Vec<(String, u64)> {
         let job_id: u64 = job_id
             .parse()
             .unwrap_or_else(|_| panic!("bad job id in {text:?}"));
+        if acks.is_empty() {
+            // The test may have stopped listening; that is fine.
+            let _ = first_ack.send(());
+        }
         acks.push((request_id.to_string(), job_id));
     }
 }
@@ -151,10 +165,28 @@ fn acknowledged_jobs_survive_kill_minus_9() {
             .spawn()
             .expect("spawn the writer");
         let stdout = child.stdout.take().expect("stdout");
-        let reader = std::thread::spawn(move || acks(stdout));
-        std::thread::sleep(Duration::from_millis(
-            rng.between(KILL_AFTER_MS_MIN, KILL_AFTER_MS_MAX),
-        ));
+        let (first_ack_tx, first_ack_rx) = mpsc::channel();
+        let reader = std::thread::spawn(move || acks(stdout, first_ack_tx));
+        let kill_among_writes = run % 2 == 1;
+        if kill_among_writes {
+            if first_ack_rx
+                .recv_timeout(Duration::from_secs(FIRST_ACK_DEADLINE_S))
+                .is_err()
+            {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "run {run}: the writer acknowledged nothing within {FIRST_ACK_DEADLINE_S} s"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(
+                rng.between(KILL_AFTER_FIRST_ACK_MS_MIN, KILL_AFTER_FIRST_ACK_MS_MAX),
+            ));
+        } else {
+            std::thread::sleep(Duration::from_millis(
+                rng.between(KILL_AFTER_START_MS_MIN, KILL_AFTER_START_MS_MAX),
+            ));
+        }
         // std's kill is SIGKILL on Unix.
         let _ = child.kill();
         let status = child.wait().expect("wait for the writer");

@@ -27,6 +27,9 @@ pub struct Account {
     /// The highest priority its users may ask for with a negative nice.
     pub max_priority: i64,
     pub limits: Limits,
+    /// Accounts whose preemptible jobs this account's jobs may preempt by
+    /// priority (besides its own); empty by default.
+    pub preempt: Vec<String>,
 }
 
 impl Default for Account {
@@ -40,6 +43,7 @@ impl Default for Account {
             priority: 0,
             max_priority: 0,
             limits: Limits::default(),
+            preempt: Vec::new(),
         }
     }
 }

@@ -3,9 +3,8 @@
 //! job's unset fields resolve (default account, default QOS, default
 //! partition, default time limit).
 
-use std::collections::HashMap;
-
 use crate::assoc::{Account, UserRecord, ROOT_ACCOUNT};
+use crate::fxhash::FxMap;
 use crate::model::Host;
 use crate::partition::Partition;
 use crate::pass::{PendingJob, Snapshot};
@@ -16,14 +15,14 @@ use crate::qos::{Qos, NORMAL_QOS};
 pub const ACCOUNT_DEPTH_MAX: usize = 32;
 
 pub struct Catalog<'a> {
-    qos: HashMap<&'a str, &'a Qos>,
+    qos: FxMap<&'a str, &'a Qos>,
     /// Used when the snapshot defines no QOS named `normal`.
     normal: Qos,
-    accounts: HashMap<&'a str, &'a Account>,
+    accounts: FxMap<&'a str, &'a Account>,
     /// user -> the accounts that list them, in snapshot order.
-    user_accounts: HashMap<&'a str, Vec<&'a Account>>,
-    users: HashMap<&'a str, &'a UserRecord>,
-    partitions: HashMap<&'a str, &'a Partition>,
+    user_accounts: FxMap<&'a str, Vec<&'a Account>>,
+    users: FxMap<&'a str, &'a UserRecord>,
+    partitions: FxMap<&'a str, &'a Partition>,
     default_partition: Option<&'a Partition>,
     /// True when the snapshot defines partitions: hosts then serve only
     /// the partitions they list.
@@ -38,19 +37,19 @@ pub struct Catalog<'a> {
 
 impl<'a> Catalog<'a> {
     pub fn new(snapshot: &'a Snapshot) -> Catalog<'a> {
-        let qos: HashMap<&str, &Qos> = snapshot.qos.iter().map(|q| (q.name.as_str(), q)).collect();
-        let accounts: HashMap<&str, &Account> = snapshot
+        let qos: FxMap<&str, &Qos> = snapshot.qos.iter().map(|q| (q.name.as_str(), q)).collect();
+        let accounts: FxMap<&str, &Account> = snapshot
             .accounts
             .iter()
             .map(|a| (a.name.as_str(), a))
             .collect();
-        let mut user_accounts: HashMap<&str, Vec<&Account>> = HashMap::new();
+        let mut user_accounts: FxMap<&str, Vec<&Account>> = FxMap::default();
         for a in &snapshot.accounts {
             for u in &a.users {
                 user_accounts.entry(u.as_str()).or_default().push(a);
             }
         }
-        let partitions: HashMap<&str, &Partition> = snapshot
+        let partitions: FxMap<&str, &Partition> = snapshot
             .partitions
             .iter()
             .map(|p| (p.name.as_str(), p))

@@ -16,36 +16,51 @@
 //!   the plan re-check in `apply`);
 //! - [`deps`]: job dependencies (`afterok`, `afterany`, `afternotok`,
 //!   `singleton`);
+//! - [`idlefill`]: lending capacity quotas leave idle and reclaiming it
+//!   (with the private `reclaim`); [`evict`]: running jobs a plan stops;
 //! - [`pass`]: one scheduling pass over a [`Snapshot`], producing a [`Plan`];
 //! - [`profile`]: a host's free resources over time, for backfill;
 //! - [`reason`]: Slurm reason codes with their words;
+//! - [`resv`]: admin reservations (windows on hosts, maintenance);
+//! - [`multipath`]: reservations held on every alternative of a job;
+//! - [`signal`]: signal names and `--signal=[B:]SIG[@SECONDS]`;
 //! - [`sim`]: the deterministic simulator behind `berth sim` (pure: it
 //!   takes text and returns text; the CLI reads the files).
 
+pub mod array;
 pub mod assoc;
 pub mod catalog;
 pub mod deps;
+pub mod evict;
 pub mod explain;
 pub mod fit;
 mod fxhash;
 pub mod gres;
+pub mod idlefill;
 pub mod limits;
 pub mod model;
+pub mod multipath;
 pub mod partition;
 pub mod pass;
 mod pool;
+pub mod preempt;
 pub mod priority;
 pub mod profile;
 pub mod qos;
 pub mod reason;
+mod reclaim;
+pub mod resv;
+pub mod signal;
 pub mod sim;
 pub mod usage;
 
 pub use assoc::{Account, UserRecord};
+pub use evict::{EvictCause, Eviction};
 pub use fit::{fits, Lack};
+pub use idlefill::IdleFill;
 pub use model::{
-    Allocation, EmulatorInventory, Host, HostState, Inventory, Job, JobId, JobSpec, JobState,
-    Resources,
+    Allocation, EmulatorInventory, EvictMark, Host, HostState, Inventory, Job, JobId, JobSpec,
+    JobState, ResourceSet, Resources,
 };
 pub use partition::Partition;
 pub use pass::{
@@ -54,4 +69,5 @@ pub use pass::{
 };
 pub use qos::{Limits, Qos, QosFlags, TresKind, TresLimits};
 pub use reason::{LimitKind, LimitScope, Reason};
+pub use resv::AdminReservation;
 pub use usage::Usage;

@@ -389,7 +389,9 @@ impl Tally {
             held: HashMap::with_capacity_and_hasher(snapshot.running.len(), Fx::default()),
             occupied: HashMap::with_capacity_and_hasher(placements * 6, Fx::default()),
         };
-        for r in &snapshot.running {
+        // Borrowed runs (idle-fill) sit outside every quota aggregate: a
+        // team's lent jobs must not block its next in-quota job.
+        for r in snapshot.running.iter().filter(|r| !r.borrowed) {
             let account = if r.account.is_empty() {
                 catalog.account_of(&r.user, "")
             } else {
@@ -582,6 +584,30 @@ pub fn check(
     tally: &Tally,
     usage: &Usage,
 ) -> Result<(), LimitHit> {
+    check_with(req, catalog, tally, usage, false)
+}
+
+/// [`check`] with the QOS group node cap (`GrpTRES node` of the job's or
+/// the partition's QOS) lifted and every other limit enforced: idle-fill's
+/// eligibility test (`idle-fill.txt`, "Which jobs may borrow"). A job over
+/// its node cap and another limit fails it; reading only the first breach
+/// a job reports would miss the second.
+pub fn check_lifting_qos_node_cap(
+    req: &LimitRequest<'_>,
+    catalog: &Catalog,
+    tally: &Tally,
+    usage: &Usage,
+) -> Result<(), LimitHit> {
+    check_with(req, catalog, tally, usage, true)
+}
+
+fn check_with(
+    req: &LimitRequest<'_>,
+    catalog: &Catalog,
+    tally: &Tally,
+    usage: &Usage,
+    lift_qos_node_cap: bool,
+) -> Result<(), LimitHit> {
     if let Some(p) = req.partition {
         check_partition(req.shape, req.time_limit_s, p, req.qos)?;
     }
@@ -615,6 +641,7 @@ pub fn check(
         job: &job,
         scopes: &scopes,
         mask,
+        lift_qos_node_cap,
     };
     let mut first: Option<Hit> = None;
     let mut never: Option<Hit> = None;
@@ -1062,6 +1089,8 @@ struct Eval<'a> {
     scopes: &'a Scopes<'a>,
     /// Every limit any scope sets: the others are not looked at.
     mask: u64,
+    /// A QOS's `GrpTRES node` is not enforced (idle-fill eligibility).
+    lift_qos_node_cap: bool,
 }
 
 const NO_HELD: Held = Held {
@@ -1178,6 +1207,11 @@ impl Eval<'_> {
 
     fn group(&self, kind: LimitKind, index: usize, sink: &mut dyn FnMut(Hit) -> bool) -> bool {
         if let Some((i, limit)) = self.scopes.qos_decides(kind, index) {
+            // A QOS limit overrides the association's, so a lifted QOS
+            // node cap leaves no node cap at all.
+            if self.lift_qos_node_cap && kind == LimitKind::GrpTres(TresKind::Node) {
+                return false;
+            }
             return self.group_at(At::Qos(i), kind, limit, sink);
         }
         let Some(account) = self.scopes.account else {
@@ -1490,7 +1524,8 @@ impl SubmitCounts {
         for job in &snapshot.pending {
             counts.add(job, catalog);
         }
-        for r in &snapshot.running {
+        // Borrowed runs count toward no submit limit either (idle-fill).
+        for r in snapshot.running.iter().filter(|r| !r.borrowed) {
             let account = if r.account.is_empty() {
                 catalog.account_of(&r.user, "")
             } else {
@@ -1557,6 +1592,20 @@ pub fn check_submit(
     catalog: &Catalog,
     counts: &SubmitCounts,
 ) -> Result<(), SubmitRefusal> {
+    check_submit_jobs(job, catalog, counts, 1)
+}
+
+/// [`check_submit`] for a submit that makes `new_jobs` jobs of `job`'s
+/// kind at once: a job array's tasks, each of which counts against
+/// `GrpSubmitJobs` and `MaxSubmitJobsPerUser` as Slurm counts them. The
+/// whole array is refused when they do not all fit.
+pub fn check_submit_jobs(
+    job: &PendingJob,
+    catalog: &Catalog,
+    counts: &SubmitCounts,
+    new_jobs: u64,
+) -> Result<(), SubmitRefusal> {
+    let new_jobs = new_jobs.max(1);
     let account = catalog.account_of(&job.user, &job.account).ok_or_else(|| {
         if job.account.is_empty() {
             SubmitRefusal::NoAccount {
@@ -1639,7 +1688,7 @@ pub fn check_submit(
     let user = reg.users.get(&job.user);
     for &p in &partitions {
         let scopes = Scopes::resolve(reg, catalog, qos, p, &account.name);
-        submit_limits(&scopes, reg, counts, user, &job.user)?;
+        submit_limits(&scopes, reg, counts, user, &job.user, new_jobs)?;
     }
     deny_on_limit(job, catalog, reg, qos, &account.name, &partitions)
 }
@@ -1650,6 +1699,7 @@ fn submit_limits(
     counts: &SubmitCounts,
     user: Option<u32>,
     user_name: &str,
+    new_jobs: u64,
 ) -> Result<(), SubmitRefusal> {
     let refuse = |count: u64, limit: u64, who: String, name: &str, of_user: bool| {
         let whose = if of_user {
@@ -1658,7 +1708,7 @@ fn submit_limits(
             String::new()
         };
         Err(SubmitRefusal::SubmitLimit {
-            detail: format!("jobs submitted{whose} {count} + 1 > {limit} ({who} {name})"),
+            detail: format!("jobs submitted{whose} {count} + {new_jobs} > {limit} ({who} {name})"),
         })
     };
     let qos_who = |s: &QosScope<'_>| match s.partition {
@@ -1672,7 +1722,7 @@ fn submit_limits(
     match grp {
         Some((s, limit)) => {
             let count = counts.count(s.id.map(Group::Qos));
-            if count + 1 > u64::from(limit) {
+            if count + new_jobs > u64::from(limit) {
                 return refuse(count, u64::from(limit), qos_who(s), "GrpSubmitJobs", false);
             }
         }
@@ -1683,7 +1733,7 @@ fn submit_limits(
                         continue;
                     };
                     let count = counts.count(Some(Group::Account(a)));
-                    if count + 1 > u64::from(limit) {
+                    if count + new_jobs > u64::from(limit) {
                         let who = format!("account {}", reg.accounts.name(a));
                         return refuse(count, u64::from(limit), who, "GrpSubmitJobs", false);
                     }
@@ -1699,7 +1749,7 @@ fn submit_limits(
         Some((s, limit)) => {
             let group = s.id.zip(user).map(|(q, u)| Group::QosUser(q, u));
             let count = counts.count(group);
-            if count + 1 > u64::from(limit) {
+            if count + new_jobs > u64::from(limit) {
                 return refuse(count, u64::from(limit), qos_who(s), name, true);
             }
         }
@@ -1713,7 +1763,7 @@ fn submit_limits(
             if let Some(limit) = limit {
                 let group = user.map(|u| Group::AccountUser(account, u));
                 let count = counts.count(group);
-                if count + 1 > u64::from(limit) {
+                if count + new_jobs > u64::from(limit) {
                     let setter = reg
                         .chain(account)
                         .find(|&a| {
@@ -1768,6 +1818,7 @@ fn deny_on_limit(
                 job: &view,
                 scopes: &scopes,
                 mask: scopes.mask(reg),
+                lift_qos_node_cap: false,
             };
             let mut denied: Option<Hit> = None;
             eval.run(&mut |hit| {

@@ -110,6 +110,10 @@ pub struct Inventory {
     pub gpu_type: String,
     #[serde(default)]
     pub emulator: Option<EmulatorInventory>,
+    /// Features its agent declares (`features` in the agent config), which
+    /// `--constraint` asks for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
 
 impl Inventory {
@@ -212,6 +216,84 @@ pub struct JobSpec {
     pub hold: bool,
     pub nice: i32,
     pub comment: String,
+    /// Slurm's `--dependency` text (`afterok:12,singleton`), checked with
+    /// [`crate::deps::parse`] at submit; "" = none.
+    #[serde(default)]
+    pub dependency: String,
+    /// Not before this time (`--begin`), ms since the epoch; 0 = now.
+    #[serde(default)]
+    pub begin_ms: u64,
+    /// Whole hosts (`--exclusive`): nothing else runs beside it.
+    #[serde(default)]
+    pub exclusive: bool,
+    /// Features every host must have (`--constraint`).
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// The admin reservation it runs in (`--reservation`); "" = none.
+    #[serde(default)]
+    pub reservation: String,
+    /// It opted in to priority preemption (`--preemptible`); QOS preempt
+    /// lists need no opt-in.
+    #[serde(default)]
+    pub preemptible: bool,
+    /// `--array` as submitted: task indexes with an optional `%max`
+    /// (`0-15%4`, `1,3,5`, `0-15:4`; see [`crate::array`]); "" = not an
+    /// array. Each task is a job of its own with the fields below, which
+    /// the cluster sets.
+    #[serde(default)]
+    pub array: String,
+    /// The array's id (its first task's job id); 0 = not an array task.
+    #[serde(default)]
+    pub array_job_id: JobId,
+    /// This task's index.
+    #[serde(default)]
+    pub array_task_id: u32,
+    /// How many tasks the array has, and its lowest and highest index.
+    #[serde(default)]
+    pub array_task_count: u32,
+    #[serde(default)]
+    pub array_task_min: u32,
+    #[serde(default)]
+    pub array_task_max: u32,
+    /// At most this many of its tasks run at once (`%max`); 0 = no limit.
+    #[serde(default)]
+    pub array_max_running: u32,
+    /// `--signal`: this signal (Linux number; 0 = none) goes to the job
+    /// `warn_signal_before_s` seconds before its time limit, to the batch
+    /// shell only when `warn_signal_batch_only` (see [`crate::signal`]).
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
+    pub warn_signal: u32,
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
+    pub warn_signal_before_s: u32,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warn_signal_batch_only: bool,
+    /// OR'd resource sets (`--alt`), tried in order; when not empty they
+    /// replace the job's own request (`cpus`, `mem_mb`, `gres`). Each is
+    /// complete: the client fills what a set leaves out from the job's
+    /// own options. Added in command version 9.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<ResourceSet>,
+}
+
+/// One alternative resource set of a job (`--alt`). Mirrors
+/// `berth.v1.ResourceSet`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ResourceSet {
+    /// Generic resources per node, the job's `gres` syntax.
+    pub gres: Vec<String>,
+    /// CPUs per node; 0 means 1.
+    pub cpus: u32,
+    /// Memory per node in MiB.
+    pub mem_mb: u64,
+    /// Hosts; 0 means 1.
+    pub nodes: u32,
+    /// The partition this set runs in; "" = the job's partitions.
+    pub partition: String,
+}
+
+fn u32_is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl JobSpec {
@@ -225,12 +307,44 @@ impl JobSpec {
         )
     }
 
-    /// Its resource request as the scheduler places it (one host, shared;
-    /// `gres` gives the GPU model and emulator kind).
+    /// Its resource request as the scheduler places it (one host, whole
+    /// when `exclusive`; `gres` gives the GPU model and emulator kind,
+    /// `features` what the host must offer).
     pub fn shape(&self) -> Result<crate::pass::Shape, String> {
         let mut shape = crate::pass::Shape::one(Resources::cpu_mem(self.cpus.max(1), self.mem_mb));
         crate::gres::apply_gres(&mut shape, &self.gres)?;
+        shape.exclusive = self.exclusive;
+        shape.features = self.features.clone();
         Ok(shape)
+    }
+
+    /// Its alternatives as the scheduler places them, in order (empty
+    /// without any). Each keeps the job's `exclusive` and `features`. An
+    /// error names the set (1-based) whose `gres` does not parse.
+    pub fn alternative_shapes(&self) -> Result<Vec<crate::pass::Shape>, String> {
+        self.alternatives
+            .iter()
+            .enumerate()
+            .map(|(i, set)| {
+                let mut shape =
+                    crate::pass::Shape::one(Resources::cpu_mem(set.cpus.max(1), set.mem_mb));
+                crate::gres::apply_gres(&mut shape, &set.gres)
+                    .map_err(|e| format!("alternative {}: {e}", i + 1))?;
+                shape.exclusive = self.exclusive;
+                shape.features = self.features.clone();
+                Ok(shape)
+            })
+            .collect()
+    }
+
+    /// Its resource path `path` as the scheduler places it (an index into
+    /// `alternatives`, or 0 for the job's own request without any).
+    /// `None` when there is no such path or it does not parse.
+    pub fn shape_on(&self, path: usize) -> Option<crate::pass::Shape> {
+        if self.alternatives.is_empty() {
+            return if path == 0 { self.shape().ok() } else { None };
+        }
+        self.alternative_shapes().ok()?.into_iter().nth(path)
     }
 }
 
@@ -244,6 +358,8 @@ pub enum JobState {
     Cancelled,
     Timeout,
     NodeFail,
+    /// Evicted for another job with PreemptMode cancel: over for good.
+    Preempted,
 }
 
 impl JobState {
@@ -261,6 +377,7 @@ impl JobState {
             JobState::Cancelled => "CANCELLED",
             JobState::Timeout => "TIMEOUT",
             JobState::NodeFail => "NODE_FAIL",
+            JobState::Preempted => "PREEMPTED",
         }
     }
 }
@@ -279,6 +396,10 @@ pub struct Allocation {
     /// reported GPU list), lowest free first.
     #[serde(default)]
     pub gpu_indices: Vec<u32>,
+    /// Which of the job's alternative resource sets it runs on, 1-based;
+    /// 0 = the job's own request (it has none).
+    #[serde(default)]
+    pub alternative: u32,
 }
 
 /// A job as the state machine keeps it.
@@ -307,16 +428,59 @@ pub struct Job {
     /// requeues); only an admin release lifts it.
     #[serde(default)]
     pub admin_hold: bool,
-    /// Times it went back to the queue after starting.
+    /// Times it went back to the queue after starting (automatic and
+    /// asked-for requeues; evictions spend none of this budget).
     #[serde(default)]
     pub restarts: u32,
+    /// Its current (or last) run was placed by idle-fill on capacity lent
+    /// past its QOS node cap: outside every quota, reclaimable.
+    #[serde(default)]
+    pub borrowed: bool,
+    /// Times idle-fill reclaimed it (its exempt window doubles with each).
+    #[serde(default)]
+    pub reclaims: u32,
+    /// Set when an eviction of the running job was committed: it leaves
+    /// its host's assignment set, and the exit report requeues or ends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evicted: Option<EvictMark>,
+    /// When a job evicted for this one last left its host (0 = never
+    /// since this job last started): the room is this job's first.
+    #[serde(default)]
+    pub room_freed_ms: u64,
+}
+
+/// A committed eviction of a running job, for whom and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvictMark {
+    /// The blocked job its room goes to.
+    pub for_job: JobId,
+    pub cause: crate::evict::EvictCause,
+    /// Back to the queue (PreemptMode requeue) or ended PREEMPTED.
+    pub requeue: bool,
+    /// When the eviction was committed, and the GraceTime it was given.
+    pub at_ms: u64,
+    pub grace_s: u64,
+}
+
+impl EvictMark {
+    /// `PreemptMode=Requeue` or `PreemptMode=Cancel`, Slurm's words.
+    pub fn mode_word(&self) -> &'static str {
+        if self.requeue {
+            "PreemptMode=Requeue"
+        } else {
+            "PreemptMode=Cancel"
+        }
+    }
 }
 
 impl Job {
     /// True when a stop of the running job was committed (cancel, time
-    /// limit, requeue): it leaves its host's assignment set.
+    /// limit, requeue, eviction): it leaves its host's assignment set.
     pub fn stopping(&self) -> bool {
-        self.cancel_requested || self.time_limit_reached || self.requeue_requested
+        self.cancel_requested
+            || self.time_limit_reached
+            || self.requeue_requested
+            || self.evicted.is_some()
     }
 
     /// Held by its user or by an admin.

@@ -22,19 +22,26 @@
 //! Every host a job is placed on has passed [`fits`], the check `apply`
 //! repeats (invariant 3).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::assoc::{Account, UserRecord};
 use crate::catalog::Catalog;
+use crate::evict::Eviction;
+use crate::fxhash::FxMap;
+use crate::idlefill::{self, IdleFill, LendCtx};
 use crate::limits::{self, Charge, LimitHit, LimitRequest, Tally};
 use crate::model::{Host, JobId, Resources};
+use crate::multipath::{self, MultiPathCounters, MultiPathReservation, PathReservation};
 use crate::partition::Partition;
 use crate::pool::Pool;
+use crate::preempt::{PreemptCounters, PreemptPolicy, Preemptor};
 use crate::priority;
 use crate::qos::{Qos, TresKind};
 use crate::reason::{LimitKind, Reason};
+use crate::reclaim::{self, Opportunistic};
+use crate::resv::{self, AdminReservation};
 use crate::usage::Usage;
 
 /// One resource path of a job: how many hosts, what each must provide, and
@@ -113,6 +120,17 @@ pub struct PendingJob {
     pub array: Option<ArrayTask>,
     /// The admin reservation it runs in ("" = none).
     pub reservation: String,
+    /// Opted in to being preempted by higher-priority work (the priority
+    /// preemption rule; QOS preempt lists need no opt-in).
+    pub preemptible: bool,
+    /// Jobs were evicted for it and are stopping (or just exited): it is
+    /// taken ahead of the queue order, so the room they free goes to it
+    /// and not back to them or to anyone else.
+    pub room_freed: bool,
+    /// Since when it has held a multi-path reservation without starting
+    /// (kept by the caller from earlier plans; for `max_reserve_time_s`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multipath_since_ms: Option<u64>,
 }
 
 impl PendingJob {
@@ -156,6 +174,26 @@ pub struct RunningJob {
     pub qos: String,
     pub partition: String,
     pub array: Option<ArrayTask>,
+    /// Submit time and nice, for its priority as a preemption candidate
+    /// (its age is frozen at its start).
+    pub submit_ms: u64,
+    pub nice: i32,
+    /// Opted in to priority preemption.
+    pub preemptible: bool,
+    /// Its allocation id: evictions name it, so the applier can tell a
+    /// stale one (invariant 3).
+    pub alloc_id: u64,
+    /// Set while it is being stopped for this blocked job (evicted, within
+    /// its grace): it is no candidate again, and that job waits for it
+    /// instead of evicting more.
+    pub evicted_for: Option<JobId>,
+    /// Placed by idle-fill on capacity lent past its QOS node cap: it
+    /// counts toward no quota and is reclaimed when a job with a claim
+    /// needs its hosts.
+    pub borrowed: bool,
+    /// How many times idle-fill reclaimed it before (its exempt window
+    /// doubles with each).
+    pub reclaims: u32,
 }
 
 /// The state a pass reads: hosts (with what is allocated on them), the
@@ -172,6 +210,9 @@ pub struct Snapshot {
     pub accounts: Vec<Account>,
     pub users: Vec<UserRecord>,
     pub usage: Usage,
+    /// Admin reservations (windows on hosts), ended ones included.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<AdminReservation>,
 }
 
 /// Slurm's multifactor priority weights (`PriorityWeight*`) and ages.
@@ -236,6 +277,17 @@ pub struct Policy {
     /// that passes stay deterministic).
     pub pass_budget_host_checks: u64,
     pub priority: PriorityWeights,
+    /// Preemption: off unless `preemption.enabled`.
+    pub preemption: PreemptPolicy,
+    /// Lending capacity quotas leave idle, and reclaiming it (off by
+    /// default).
+    pub idle_fill: IdleFill,
+    /// How many of the reserved heads, from the top, reserve on every
+    /// alternative where their partition has `reserve_all_alternatives`.
+    pub reserve_all_alternatives_top_n: usize,
+    /// How long a job may hold a multi-path reservation without starting
+    /// before it falls back to one path (MAX_RESERVE_TIME); 0 = unbounded.
+    pub max_reserve_time_s: u64,
 }
 
 impl Default for Policy {
@@ -249,6 +301,10 @@ impl Default for Policy {
             bf_max_job_test: 100_000,
             pass_budget_host_checks: 50_000_000,
             priority: PriorityWeights::default(),
+            preemption: PreemptPolicy::default(),
+            idle_fill: IdleFill::default(),
+            reserve_all_alternatives_top_n: 1,
+            max_reserve_time_s: 0,
         }
     }
 }
@@ -312,6 +368,27 @@ pub struct Plan {
     /// Jobs started behind a job that had to wait for room: backfill starts.
     #[serde(default)]
     pub backfilled: Vec<JobId>,
+    /// Every pending job's priority and its parts as this pass ranked them
+    /// (what `sprio` shows). Not serialized: plans written out by the
+    /// simulator and their digests stay as they were.
+    #[serde(skip)]
+    pub priorities: Vec<priority::PriorityBreakdown>,
+    /// Running jobs to stop for blocked ones (preemption, reclaim).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evictions: Vec<Eviction>,
+    /// This pass's preemption counters (what the metrics add up).
+    #[serde(default, skip_serializing_if = "PreemptCounters::is_zero")]
+    pub preemption: PreemptCounters,
+    /// Jobs this plan starts on lent capacity (idle-fill): outside every
+    /// quota aggregate, reclaimable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub borrowed: Vec<JobId>,
+    /// Jobs holding room on every alternative (their earliest is also in
+    /// `reservations`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub multipath: Vec<MultiPathReservation>,
+    #[serde(default, skip_serializing_if = "MultiPathCounters::is_zero")]
+    pub multipath_counters: MultiPathCounters,
 }
 
 /// What `request` takes on `host`: the whole host when `exclusive`. `None`
@@ -333,7 +410,8 @@ struct NoRoom<'a> {
 }
 
 struct NoRoomEntry<'a> {
-    partition: Option<&'a str>,
+    /// The placement kind ([`Pool::kind`]): partition and kind requirements.
+    kind: u32,
     shape: &'a Shape,
     duration_ms: Option<u64>,
 }
@@ -341,10 +419,10 @@ struct NoRoomEntry<'a> {
 const NO_ROOM_REMEMBERED_MAX: usize = 64;
 
 impl<'a> NoRoom<'a> {
-    fn dominated(&self, partition: Option<&str>, shape: &Shape, duration_ms: Option<u64>) -> bool {
-        // The numeric tests first: they are cheap and fail most often.
+    fn dominated(&self, kind: u32, shape: &Shape, duration_ms: Option<u64>) -> bool {
         self.seen.iter().any(|e| {
-            e.shape.exclusive == shape.exclusive
+            e.kind == kind
+                && e.shape.exclusive == shape.exclusive
                 && e.shape.hosts_needed() <= shape.hosts_needed()
                 && e.shape.per_host.within(shape.per_host)
                 && match (e.duration_ms, duration_ms) {
@@ -352,20 +430,15 @@ impl<'a> NoRoom<'a> {
                     (None, Some(_)) => false,
                     (Some(a), Some(b)) => a <= b,
                 }
-                && e.partition == partition
-                && e.shape.gpu_type == shape.gpu_type
-                && e.shape.emu_kind == shape.emu_kind
-                && e.shape.emu_group == shape.emu_group
-                && e.shape.features == shape.features
         })
     }
 
-    fn remember(&mut self, partition: Option<&'a str>, shape: &'a Shape, duration_ms: Option<u64>) {
+    fn remember(&mut self, kind: u32, shape: &'a Shape, duration_ms: Option<u64>) {
         if self.seen.len() == NO_ROOM_REMEMBERED_MAX {
             self.seen.remove(0);
         }
         self.seen.push(NoRoomEntry {
-            partition,
+            kind,
             shape,
             duration_ms,
         });
@@ -378,6 +451,8 @@ enum Miss {
     Room {
         path: usize,
         classes: Vec<usize>,
+        /// Its partition reserves on every alternative.
+        all_paths: bool,
     },
     Limit(LimitHit),
     /// It could never run there (partition limits, no such hosts).
@@ -385,7 +460,7 @@ enum Miss {
 }
 
 /// The outcome for one job.
-enum Outcome {
+pub(crate) enum Outcome {
     Started,
     Waiting(Reason, Option<String>),
     /// Only room is missing; a reservation may be made.
@@ -407,12 +482,18 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
     let fairshare = priority::fairshare_factors(snapshot, &catalog);
     let served = priority::served_fractions(snapshot, &catalog);
     let breakdowns = priority::priorities(snapshot, &catalog, &policy.priority, &fairshare, now_ms);
-    let order = priority::queue_order(&snapshot.pending, &breakdowns, &served, &catalog);
+    let mut order = priority::queue_order(&snapshot.pending, &breakdowns, &served, &catalog);
+    // Room freed by evictions belongs to the jobs it was freed for.
+    if snapshot.pending.iter().any(|p| p.room_freed) {
+        order.sort_by_key(|&i| !snapshot.pending[i].room_freed);
+    }
     let mut tally = Tally::new(snapshot, &catalog, now_ms);
     let mut pool = Pool::new(snapshot, now_ms);
+    let windows = resv::Windows::block(&snapshot.reservations, &mut pool, now_ms);
     let mut no_room = NoRoom { seen: Vec::new() };
-    let mut array_running: HashMap<JobId, u32> = HashMap::new();
-    for r in &snapshot.running {
+    let mut array_running: FxMap<JobId, u32> = FxMap::default();
+    // Borrowed runs are outside array concurrency too (idle-fill).
+    for r in snapshot.running.iter().filter(|r| !r.borrowed) {
         if let Some(a) = r.array {
             *array_running.entry(a.array_id).or_default() += 1;
         }
@@ -421,9 +502,19 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
     // FIFO: set once a job is blocked; everything behind it waits.
     let mut blocked = false;
     let mut reservations_made = 0usize;
+    let mut multipath_made = 0usize;
     // Jobs tried after the first one that had to wait for room.
     let mut backfill_tested = 0usize;
     let mut head_seen = false;
+    let mut preemptor = Preemptor::new(snapshot, policy, &fairshare, now_ms);
+    let mut opportunistic =
+        Opportunistic::new(snapshot, &catalog, &pool, &policy.idle_fill, now_ms);
+    // Jobs a limit holds, in queue order: idle-fill's borrow candidates.
+    let mut limit_held: Vec<usize> = Vec::new();
+    // Lending comes after every job of the queue had its turn; a pass
+    // cut short by a bound lends nothing (deep queues: lending goes first).
+    let mut walked_all = order.len() <= policy.max_jobs_per_pass;
+    let fairshare_of = |account: &str| fairshare.get(account).copied();
 
     for &idx in order.iter().take(policy.max_jobs_per_pass) {
         let job = &snapshot.pending[idx];
@@ -449,27 +540,42 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
         }
         if pool.host_checks >= policy.pass_budget_host_checks {
             // Out of budget: the rest keep the reasons they had.
+            walked_all = false;
             break;
         }
         if head_seen {
             backfill_tested += 1;
             if backfill_tested > policy.bf_max_job_test {
+                walked_all = false;
                 plan.reasons.insert(job.id, Reason::Priority);
                 continue;
             }
         }
-        let fairshare_of = |account: &str| fairshare.get(account).copied();
-        let outcome = try_job(
-            job,
-            &catalog,
-            &mut tally,
-            &mut pool,
-            &mut no_room,
-            &snapshot.usage,
-            &fairshare_of,
-            now_ms,
-            &mut plan,
-        );
+        let outcome = if job.reservation.is_empty() {
+            try_job(
+                job,
+                &catalog,
+                &mut tally,
+                &mut pool,
+                &mut no_room,
+                &snapshot.usage,
+                &fairshare_of,
+                now_ms,
+                &mut plan,
+            )
+        } else {
+            let account = catalog.account_of(&job.user, &job.account);
+            let ctx = resv::Ctx {
+                catalog: &catalog,
+                tally: &mut tally,
+                pool: &mut pool,
+                usage: &snapshot.usage,
+                fairshare: fairshare_of(account.map_or("", |a| a.name.as_str())),
+                now_ms,
+            };
+            let outcome = resv::try_reserved(job, &snapshot.reservations, ctx, &mut plan);
+            (outcome, Vec::new())
+        };
         let misses = match outcome {
             (Outcome::Started, _) => {
                 if head_seen {
@@ -481,17 +587,80 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
                 continue;
             }
             (Outcome::Waiting(reason, detail), _) => {
+                let limit = matches!(reason, Reason::Limit(..));
                 plan.reasons.insert(job.id, reason);
                 if let Some(d) = detail {
                     plan.details.insert(job.id, d);
+                }
+                if limit && policy.idle_fill.enabled && job.room_freed {
+                    // Room was reclaimed for this borrower: it takes it
+                    // now, ahead of everyone, as room freed by evictions
+                    // belongs to the job it was freed for.
+                    let mut cx = LendCtx {
+                        snapshot,
+                        catalog: &catalog,
+                        tally: &mut tally,
+                        pool: &mut pool,
+                        usage: &snapshot.usage,
+                        fairshare: &fairshare_of,
+                        opportunistic: &mut opportunistic,
+                        plan: &mut plan,
+                        now_ms,
+                        budget_host_checks: policy.pass_budget_host_checks,
+                    };
+                    idlefill::lend(&policy.idle_fill, &[idx], &mut cx);
+                } else if limit {
+                    limit_held.push(idx);
                 }
                 continue;
             }
             (Outcome::NeedsRoom, misses) => misses,
         };
+        // Lent capacity is recovered before anything else is tried.
+        if opportunistic.any() {
+            let mut cx = LendCtx {
+                snapshot,
+                catalog: &catalog,
+                tally: &mut tally,
+                pool: &mut pool,
+                usage: &snapshot.usage,
+                fairshare: &fairshare_of,
+                opportunistic: &mut opportunistic,
+                plan: &mut plan,
+                now_ms,
+                budget_host_checks: policy.pass_budget_host_checks,
+            };
+            // Its room is being recovered (or already is): it waits for
+            // its victims to leave, holding that room, with no reservation.
+            if reclaim::reclaim_for(job, &mut cx) {
+                plan.reasons.insert(job.id, Reason::Resources);
+                continue;
+            }
+        }
         head_seen = true;
+        if policy.preemption.enabled {
+            let rooms: Vec<(usize, &[usize])> = misses
+                .iter()
+                .filter_map(|m| match m {
+                    Miss::Room { path, classes, .. } => Some((*path, classes.as_slice())),
+                    _ => None,
+                })
+                .collect();
+            let priority = breakdowns.get(idx).map_or(0, |b| b.total);
+            preemptor.try_for(job, priority, &rooms, &mut pool, &catalog, &mut plan);
+        }
+        // A job only a maintenance window keeps from starting says so
+        // (and still gets its promise after the window, below).
+        let maintenance = maintenance_reason(job, &misses, &windows, &pool, now_ms);
+        let room_reason = match maintenance {
+            Some(detail) => {
+                plan.details.insert(job.id, detail);
+                Reason::ReservedForMaintenance
+            }
+            None => Reason::Resources,
+        };
         if !policy.backfill {
-            plan.reasons.insert(job.id, Reason::Resources);
+            plan.reasons.insert(job.id, room_reason);
             blocked = true;
             continue;
         }
@@ -503,12 +672,41 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
             .is_some_and(|q| q.flags.no_reserve);
         if reservations_made < policy.bf_reservations && !no_reserve {
             reservations_made += 1;
-            reserve(job, misses, &mut pool, policy, now_ms, &mut plan);
-            plan.reasons.insert(job.id, Reason::Resources);
+            let multi = misses.iter().any(|m| {
+                matches!(
+                    m,
+                    Miss::Room {
+                        all_paths: true,
+                        ..
+                    }
+                )
+            }) && multipath::wanted(job, policy, multipath_made, now_ms, &mut plan);
+            if multi && reserve_all(job, &misses, &mut pool, policy, now_ms, &mut plan) {
+                multipath_made += 1;
+            } else {
+                reserve(job, misses, &mut pool, policy, now_ms, &mut plan);
+            }
+            plan.reasons.insert(job.id, room_reason);
         } else {
             plan.reasons.insert(job.id, Reason::Priority);
         }
     }
+    if policy.idle_fill.enabled && walked_all && !limit_held.is_empty() {
+        let mut cx = LendCtx {
+            snapshot,
+            catalog: &catalog,
+            tally: &mut tally,
+            pool: &mut pool,
+            usage: &snapshot.usage,
+            fairshare: &fairshare_of,
+            opportunistic: &mut opportunistic,
+            plan: &mut plan,
+            now_ms,
+            budget_host_checks: policy.pass_budget_host_checks,
+        };
+        idlefill::lend(&policy.idle_fill, &limit_held, &mut cx);
+    }
+    plan.priorities = breakdowns;
     plan
 }
 
@@ -536,24 +734,112 @@ fn reserve(
             best = Some((at_ms, path, hosts));
         }
     }
-    let Some((mut at_ms, path, hosts)) = best else {
+    let Some((at_ms, path, hosts)) = best else {
         return;
     };
-    if policy.bf_resolution_s > 0 {
-        let step_ms = policy.bf_resolution_s.saturating_mul(1000);
-        at_ms = at_ms.div_ceil(step_ms).saturating_mul(step_ms);
-    }
-    if policy.bf_window_s > 0
-        && at_ms > now_ms.saturating_add(policy.bf_window_s.saturating_mul(1000))
-    {
+    let Some(at_ms) = promise_at(at_ms, policy, now_ms) else {
         return;
-    }
+    };
     pool.take(&paths[path], &hosts, at_ms, job.duration_ms(), now_ms);
     plan.reservations.push(Reservation {
         job_id: job.id,
         start_ms: at_ms,
         hosts: pool.names(&hosts),
     });
+}
+
+/// `at_ms` rounded up to `bf_resolution_s`; `None` beyond `bf_window_s`.
+fn promise_at(mut at_ms: u64, policy: &Policy, now_ms: u64) -> Option<u64> {
+    if policy.bf_resolution_s > 0 {
+        let step_ms = policy.bf_resolution_s.saturating_mul(1000);
+        at_ms = at_ms.div_ceil(step_ms).saturating_mul(step_ms);
+    }
+    let beyond = policy.bf_window_s > 0
+        && at_ms > now_ms.saturating_add(policy.bf_window_s.saturating_mul(1000));
+    (!beyond).then_some(at_ms)
+}
+
+/// Gives `job` room on every alternative of an opted-in partition that
+/// only lacked room, each from its own earliest start (computed before any
+/// is taken: the job will use one of them, so they do not compete). False
+/// when fewer than two alternatives can be promised: the caller makes an
+/// ordinary reservation instead.
+fn reserve_all(
+    job: &PendingJob,
+    misses: &[Miss],
+    pool: &mut Pool<'_>,
+    policy: &Policy,
+    now_ms: u64,
+    plan: &mut Plan,
+) -> bool {
+    let paths = job.paths();
+    let mut rooms: Vec<(usize, u64, Vec<usize>)> = Vec::new();
+    for miss in misses {
+        let Miss::Room {
+            path,
+            classes,
+            all_paths: true,
+        } = miss
+        else {
+            continue;
+        };
+        if rooms.iter().any(|r| r.0 == *path) {
+            continue; // the same alternative in a later partition
+        }
+        let found = pool
+            .earliest_room(&paths[*path], classes, now_ms, job.duration_ms())
+            .and_then(|(at_ms, hosts)| Some((promise_at(at_ms, policy, now_ms)?, hosts)));
+        if let Some((at_ms, hosts)) = found {
+            rooms.push((*path, at_ms, hosts));
+        }
+    }
+    if rooms.len() < 2 {
+        return false;
+    }
+    let mut held = Vec::with_capacity(rooms.len());
+    for (path, at_ms, hosts) in rooms {
+        pool.take(&paths[path], &hosts, at_ms, job.duration_ms(), now_ms);
+        held.push(PathReservation {
+            path,
+            start_ms: at_ms,
+            hosts: pool.names(&hosts),
+        });
+    }
+    multipath::record(job, held, plan);
+    true
+}
+
+/// The words for a job that only a maintenance window keeps from starting
+/// on one of the paths that lacked room.
+fn maintenance_reason(
+    job: &PendingJob,
+    misses: &[Miss],
+    windows: &resv::Windows<'_>,
+    pool: &Pool<'_>,
+    now_ms: u64,
+) -> Option<String> {
+    if windows.is_empty() {
+        return None;
+    }
+    misses.iter().find_map(|m| {
+        let Miss::Room { path, classes, .. } = m else {
+            return None;
+        };
+        let r = windows.maintenance_blocking(
+            pool,
+            &job.paths()[*path],
+            classes,
+            now_ms,
+            job.duration_ms(),
+        )?;
+        Some(format!(
+            "Reserved for maintenance: {} holds {} host(s) from {} s to {} s",
+            r.name,
+            r.hosts.len(),
+            r.start_ms / 1000,
+            r.end_ms / 1000
+        ))
+    })
 }
 
 /// Tries every partition and path of `job`; starts it on the first that
@@ -612,6 +898,7 @@ fn try_job<'a>(
     let mut misses: Vec<Miss> = Vec::new();
     for partition in partitions {
         let pname = partition.map(|p| p.name.as_str());
+        let all_paths = partition.is_some_and(|p| p.reserve_all_alternatives);
         for (path, shape) in job.paths().iter().enumerate() {
             if let Some(p) = partition {
                 if let Err(hit) = limits::check_partition(shape, job.time_limit_s, p, qos) {
@@ -619,7 +906,8 @@ fn try_job<'a>(
                     continue;
                 }
             }
-            let classes = pool.eligible_classes(shape, pname);
+            let kind = pool.kind(shape, pname);
+            let classes = pool.eligible_classes(kind, shape);
             let capable = pool.hosts_in(&classes);
             if capable < shape.hosts_needed() {
                 misses.push(Miss::Never(
@@ -648,21 +936,30 @@ fn try_job<'a>(
             };
             let mut exact_nodes = false;
             if let Err(hit) = limits::check(&request, catalog, tally, usage) {
-                if hit.never || !counts_nodes(&hit.reason) {
+                // A node limit counts distinct hosts: landing on hosts the
+                // group already occupies may still be within it, but never
+                // for a job that takes whole hosts (those are not empty).
+                if hit.never || !counts_nodes(&hit.reason) || shape.exclusive {
                     misses.push(Miss::Limit(hit));
                     continue;
                 }
-                // A node limit counts distinct hosts: landing on hosts
-                // the group already occupies may still be within it.
                 exact_nodes = true;
             }
-            if no_room.dominated(pname, shape, duration_ms) {
-                misses.push(Miss::Room { path, classes });
+            if no_room.dominated(kind, shape, duration_ms) {
+                misses.push(Miss::Room {
+                    path,
+                    classes,
+                    all_paths,
+                });
                 continue;
             }
             let Some(hosts) = pool.room_now(shape, &classes, now_ms, duration_ms, None) else {
-                no_room.remember(pname, shape, duration_ms);
-                misses.push(Miss::Room { path, classes });
+                no_room.remember(kind, shape, duration_ms);
+                misses.push(Miss::Room {
+                    path,
+                    classes,
+                    all_paths,
+                });
                 continue;
             };
             let names = pool.names(&hosts);
@@ -677,35 +974,18 @@ fn try_job<'a>(
                     continue;
                 }
             }
-            let per_host = pool.take(shape, &hosts, now_ms, duration_ms, now_ms);
-            let partition_qos = partition.map(|p| p.qos.as_str()).filter(|q| !q.is_empty());
-            tally.charge(&Charge {
-                user: &job.user,
-                account: account_name,
-                qos: &qos.name,
-                partition_qos,
-                hosts: &name_refs,
-                per_host,
-                time_limit_s: job.time_limit_s,
-            });
-            let partition_name = pname.unwrap_or_default().to_string();
-            if names.len() == 1 {
-                plan.starts.push(Placement {
-                    job_id: job.id,
-                    host: names.into_iter().next().unwrap_or_default(),
-                    resources: per_host,
-                    partition: partition_name,
-                    path,
-                });
-            } else {
-                plan.gang_starts.push(GangPlacement {
-                    job_id: job.id,
-                    hosts: names,
-                    resources: per_host,
-                    partition: partition_name,
-                    path,
-                });
-            }
+            place(
+                job,
+                shape,
+                partition,
+                path,
+                &hosts,
+                Some((account_name, qos)),
+                tally,
+                pool,
+                plan,
+                now_ms,
+            );
             return (Outcome::Started, Vec::new());
         }
     }
@@ -732,8 +1012,78 @@ fn try_job<'a>(
     (Outcome::Waiting(reason, Some(detail)), Vec::new())
 }
 
+/// Starts `job` on `hosts` (pool indices) of `partition` by its resource
+/// path `path`: takes the room in `pool`, charges the placement to
+/// `tally` as (account, QOS) in `charge` (`None` for a borrowed run, which
+/// sits outside every quota aggregate), and adds it to `plan`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn place(
+    job: &PendingJob,
+    shape: &Shape,
+    partition: Option<&Partition>,
+    path: usize,
+    hosts: &[usize],
+    charge: Option<(&str, &Qos)>,
+    tally: &mut Tally,
+    pool: &mut Pool<'_>,
+    plan: &mut Plan,
+    now_ms: u64,
+) {
+    let (names, per_host) = take_room(job, shape, partition, hosts, charge, tally, pool, now_ms);
+    let partition_name = partition.map(|p| p.name.clone()).unwrap_or_default();
+    if names.len() == 1 {
+        plan.starts.push(Placement {
+            job_id: job.id,
+            host: names.into_iter().next().unwrap_or_default(),
+            resources: per_host,
+            partition: partition_name,
+            path,
+        });
+    } else {
+        plan.gang_starts.push(GangPlacement {
+            job_id: job.id,
+            hosts: names,
+            resources: per_host,
+            partition: partition_name,
+            path,
+        });
+    }
+}
+
+/// Takes `job`'s room on `hosts` for this pass and charges it to `tally`
+/// (see [`place`]): a start, or room promised to a job whose victims are
+/// being evicted. Returns the hosts' names and what it takes on each.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn take_room(
+    job: &PendingJob,
+    shape: &Shape,
+    partition: Option<&Partition>,
+    hosts: &[usize],
+    charge: Option<(&str, &Qos)>,
+    tally: &mut Tally,
+    pool: &mut Pool<'_>,
+    now_ms: u64,
+) -> (Vec<String>, Resources) {
+    let names = pool.names(hosts);
+    let per_host = pool.take(shape, hosts, now_ms, job.duration_ms(), now_ms);
+    if let Some((account, qos)) = charge {
+        let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let partition_qos = partition.map(|p| p.qos.as_str()).filter(|q| !q.is_empty());
+        tally.charge(&Charge {
+            user: &job.user,
+            account,
+            qos: &qos.name,
+            partition_qos,
+            hosts: &name_refs,
+            per_host,
+            time_limit_s: job.time_limit_s,
+        });
+    }
+    (names, per_host)
+}
+
 /// Limits that count hosts, where which hosts matters.
-fn counts_nodes(reason: &Reason) -> bool {
+pub(crate) fn counts_nodes(reason: &Reason) -> bool {
     matches!(
         reason,
         Reason::Limit(

@@ -5,13 +5,13 @@
 //! the right kind with enough free, never at every host per job.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::fit::eligible;
 use crate::fxhash::FxMap;
 use crate::model::{EmulatorInventory, Host, HostState, Resources};
 use crate::pass::{need_on, Shape, Snapshot};
-use crate::profile::Profile;
+use crate::profile::{earliest_in, steps_of, Profile};
 
 /// Hosts with the same static attributes.
 struct HostClass {
@@ -34,8 +34,51 @@ impl HostClass {
 }
 
 /// What a static eligibility question is keyed on: the partition and the
-/// shape's kind requirements, borrowed from the snapshot.
-type EligibilityKey<'a> = (Option<&'a str>, &'a str, &'a str, &'a str, &'a [String]);
+/// shape's kind requirements, borrowed from the snapshot. `fit::eligible`
+/// asks about the GPU type only when GPUs are asked and about the emulator
+/// only when emulator units are, so both questions are part of the key.
+type KindKey<'a> = (
+    Option<&'a str>,
+    bool,
+    &'a str,
+    bool,
+    &'a str,
+    &'a str,
+    &'a [String],
+);
+
+fn kind_key<'a>(shape: &'a Shape, partition: Option<&'a str>) -> KindKey<'a> {
+    (
+        partition,
+        shape.per_host.gpus > 0,
+        shape.gpu_type.as_str(),
+        shape.per_host.emu > 0,
+        shape.emu_kind.as_str(),
+        shape.emu_group.as_str(),
+        shape.features.as_slice(),
+    )
+}
+
+/// String equality that settles the common empty case without `memcmp`
+/// (a trace replay's jobs all ask for no GPU type, emulator or feature).
+fn same_str(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (a.is_empty() || a.as_ptr() == b.as_ptr() || a == b)
+}
+
+fn same_key(a: &KindKey<'_>, b: &KindKey<'_>) -> bool {
+    a.1 == b.1
+        && a.3 == b.3
+        && match (a.0, b.0) {
+            (None, None) => true,
+            (Some(x), Some(y)) => same_str(x, y),
+            _ => false,
+        }
+        && same_str(a.2, b.2)
+        && same_str(a.4, b.4)
+        && same_str(a.5, b.5)
+        && a.6.len() == b.6.len()
+        && (a.6.is_empty() || a.6 == b.6)
+}
 
 pub(crate) struct Pool<'a> {
     /// Up hosts, by name, borrowed from the snapshot (a pass copies no
@@ -43,10 +86,15 @@ pub(crate) struct Pool<'a> {
     hosts: Vec<&'a Host>,
     /// By host: what is allocated now, this pass's placements included.
     allocated: Vec<Resources>,
-    profiles: Vec<Profile>,
+    profiles: Profiles,
     class_of: Vec<usize>,
     classes: Vec<HostClass>,
-    eligible_cache: HashMap<EligibilityKey<'a>, Vec<usize>>,
+    /// Kinds of placement asked so far (partition and kind requirements),
+    /// by id: the classes statically eligible for each.
+    kinds: Vec<Vec<usize>>,
+    kind_ids: FxMap<KindKey<'a>, u32>,
+    /// The last kind asked: neighbouring jobs mostly ask the same.
+    last_kind: Option<(KindKey<'a>, u32)>,
     /// Host examinations made so far (the pass budget counts them).
     pub host_checks: u64,
 }
@@ -83,6 +131,88 @@ fn class_key(h: &Host) -> ClassKey<'_> {
     )
 }
 
+/// Each up host's availability profile, built the first time a pass asks
+/// about the host (most passes look at few hosts): until then a host is
+/// its free room now and its running jobs' releases.
+struct Profiles {
+    now_ms: u64,
+    built: Vec<Option<Profile>>,
+    free_now: Vec<Resources>,
+    /// Host `i`'s releases (end time, room freed) are
+    /// `releases[offsets[i]..offsets[i + 1]]`, in time order.
+    releases: Vec<(u64, Resources)>,
+    offsets: Vec<usize>,
+}
+
+impl Profiles {
+    /// O(running jobs × their hosts + hosts): no allocation per host.
+    fn new(
+        snapshot: &Snapshot,
+        hosts: &[&Host],
+        index: &FxMap<&str, usize>,
+        now_ms: u64,
+    ) -> Profiles {
+        let placements: usize = snapshot.running.iter().map(|r| r.hosts.len()).sum();
+        let mut placed: Vec<(usize, u64, Resources)> = Vec::with_capacity(placements);
+        for job in &snapshot.running {
+            let Some(end_ms) = job.end_ms else { continue };
+            for host in &job.hosts {
+                if let Some(&i) = index.get(host.as_str()) {
+                    placed.push((i, end_ms, job.per_host));
+                }
+            }
+        }
+        // Counting sort by host, then each host's few releases by time.
+        let mut offsets = vec![0usize; hosts.len() + 1];
+        for &(i, ..) in &placed {
+            offsets[i + 1] += 1;
+        }
+        for i in 0..hosts.len() {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut next = offsets.clone();
+        let mut releases = vec![(0u64, Resources::default()); placed.len()];
+        for (i, end_ms, freed) in placed {
+            releases[next[i]] = (end_ms, freed);
+            next[i] += 1;
+        }
+        for i in 0..hosts.len() {
+            releases[offsets[i]..offsets[i + 1]].sort_unstable_by_key(|r| r.0);
+        }
+        Profiles {
+            now_ms,
+            built: vec![None; hosts.len()],
+            free_now: hosts.iter().map(|h| h.free()).collect(),
+            releases,
+            offsets,
+        }
+    }
+
+    /// [`Profile::earliest`] of host `i`. A host the pass has not taken
+    /// room on is read from its releases as they stand, without building
+    /// its profile (finding the head's room reads every host).
+    fn earliest(
+        &mut self,
+        i: usize,
+        need: Resources,
+        from_ms: u64,
+        duration_ms: Option<u64>,
+    ) -> Option<u64> {
+        if self.built[i].is_none() && from_ms == self.now_ms {
+            let releases = &self.releases[self.offsets[i]..self.offsets[i + 1]];
+            let steps = steps_of(self.now_ms, self.free_now[i], releases);
+            return earliest_in(steps, need, from_ms, duration_ms);
+        }
+        self.get(i).earliest(need, from_ms, duration_ms)
+    }
+
+    fn get(&mut self, i: usize) -> &mut Profile {
+        let (now_ms, free_now) = (self.now_ms, self.free_now[i]);
+        let releases = &self.releases[self.offsets[i]..self.offsets[i + 1]];
+        self.built[i].get_or_insert_with(|| Profile::from_sorted(now_ms, free_now, releases))
+    }
+}
+
 impl<'a> Pool<'a> {
     pub fn new(snapshot: &'a Snapshot, now_ms: u64) -> Pool<'a> {
         let mut hosts: Vec<&'a Host> = snapshot
@@ -90,27 +220,18 @@ impl<'a> Pool<'a> {
             .iter()
             .filter(|h| h.state == HostState::Up)
             .collect();
-        hosts.sort_by(|a, b| a.name.cmp(&b.name));
+        // Callers mostly keep hosts in name order already; checking is one
+        // comparison per host, sorting costs more even on sorted input.
+        if !hosts.is_sorted_by(|a, b| a.name <= b.name) {
+            hosts.sort_by(|a, b| a.name.cmp(&b.name));
+        }
         let allocated: Vec<Resources> = hosts.iter().map(|h| h.allocated).collect();
         let index: FxMap<&str, usize> = hosts
             .iter()
             .enumerate()
             .map(|(i, h)| (h.name.as_str(), i))
             .collect();
-        let mut releases: Vec<Vec<(u64, Resources)>> = vec![Vec::new(); hosts.len()];
-        for job in &snapshot.running {
-            let Some(end_ms) = job.end_ms else { continue };
-            for host in &job.hosts {
-                if let Some(&i) = index.get(host.as_str()) {
-                    releases[i].push((end_ms, job.per_host));
-                }
-            }
-        }
-        let profiles: Vec<Profile> = hosts
-            .iter()
-            .zip(releases)
-            .map(|(h, r)| Profile::new(now_ms, h.free(), r))
-            .collect();
+        let profiles = Profiles::new(snapshot, &hosts, &index, now_ms);
         // Classes in a stable order: smaller hosts first, so that a job
         // that fits on either kind takes the smaller one. Hosts of a kind
         // mostly sit together, so runs of equal keys go into the map at
@@ -143,10 +264,14 @@ impl<'a> Pool<'a> {
                 free: BTreeSet::new(),
                 has_gpus: total.gpus > 0,
             };
-            for &i in &members {
-                class_of[i] = c;
-                class.free.insert(class.key(profiles[i].free_now(), i));
-            }
+            // Collected at once: a sorted bulk build, not one insert each.
+            class.free = members
+                .iter()
+                .map(|&i| {
+                    class_of[i] = c;
+                    class.key(hosts[i].free(), i)
+                })
+                .collect();
             class.members = members;
             classes.push(class);
         }
@@ -156,33 +281,45 @@ impl<'a> Pool<'a> {
             profiles,
             class_of,
             classes,
-            eligible_cache: HashMap::new(),
+            kinds: Vec::new(),
+            kind_ids: FxMap::default(),
+            last_kind: None,
             host_checks: 0,
         }
     }
 
-    /// The classes whose hosts `shape` may run on in `partition` and that
-    /// could hold it if empty.
-    pub fn eligible_classes(&mut self, shape: &'a Shape, partition: Option<&'a str>) -> Vec<usize> {
-        let key: EligibilityKey<'a> = (
-            partition,
-            shape.gpu_type.as_str(),
-            shape.emu_kind.as_str(),
-            shape.emu_group.as_str(),
-            shape.features.as_slice(),
-        );
-        let statically = match self.eligible_cache.get(&key) {
-            Some(c) => c,
+    /// The id of the kind of placement `shape` asks in `partition`: two
+    /// shapes with the same id are eligible on the same classes (before
+    /// their sizes are compared). Ids are dense, from 0, within a pass.
+    pub fn kind(&mut self, shape: &'a Shape, partition: Option<&'a str>) -> u32 {
+        let key = kind_key(shape, partition);
+        if let Some((last, id)) = &self.last_kind {
+            if same_key(last, &key) {
+                return *id;
+            }
+        }
+        let id = match self.kind_ids.get(&key) {
+            Some(&id) => id,
             None => {
                 let found: Vec<usize> = (0..self.classes.len())
                     .filter(|&c| {
                         eligible(self.hosts[self.classes[c].rep], shape, partition).is_ok()
                     })
                     .collect();
-                self.eligible_cache.entry(key).or_insert(found)
+                let id = u32::try_from(self.kinds.len()).unwrap_or(u32::MAX);
+                self.kinds.push(found);
+                self.kind_ids.insert(key, id);
+                id
             }
         };
-        statically
+        self.last_kind = Some((key, id));
+        id
+    }
+
+    /// The classes whose hosts `shape` (of kind `kind`, from [`Pool::kind`])
+    /// may run on and that could hold it if empty.
+    pub fn eligible_classes(&self, kind: u32, shape: &Shape) -> Vec<usize> {
+        self.kinds[kind as usize]
             .iter()
             .copied()
             .filter(|&c| shape.per_host.within(self.classes[c].total))
@@ -229,7 +366,7 @@ impl<'a> Pool<'a> {
                 if allowed.is_some_and(|ok| !ok(i)) {
                     continue;
                 }
-                if !self.profiles[i].holds(need, now_ms, duration_ms) {
+                if !self.profiles.get(i).holds(need, now_ms, duration_ms) {
                     continue;
                 }
                 // `fits` on an up host: the check `apply` repeats.
@@ -263,30 +400,37 @@ impl<'a> Pool<'a> {
         duration_ms: Option<u64>,
     ) -> Option<(u64, Vec<usize>)> {
         let wanted = shape.hosts_needed();
-        let mut starts: Vec<(u64, usize, Resources)> = Vec::new();
+        let mut starts: Vec<(u64, usize, Resources)> = Vec::with_capacity(self.hosts_in(classes));
         for &c in classes {
             for &i in &self.classes[c].members {
                 let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
                     continue;
                 };
                 self.host_checks += 1;
-                if let Some(at_ms) = self.profiles[i].earliest(need, now_ms, duration_ms) {
+                if let Some(at_ms) = self.profiles.earliest(i, need, now_ms, duration_ms) {
                     starts.push((at_ms, i, need));
                 }
             }
         }
         starts.sort_unstable_by_key(|s| (s.0, s.1));
+        let mut chosen: Vec<usize> = Vec::with_capacity(wanted);
         for k in wanted.saturating_sub(1)..starts.len() {
             let at_ms = starts[k].0;
-            let mut chosen: Vec<usize> = starts[..=k]
-                .iter()
-                .filter(|(_, i, need)| self.profiles[*i].holds(*need, at_ms, duration_ms))
-                .map(|s| s.1)
-                .take(wanted)
-                .collect();
-            if chosen.len() == wanted {
-                chosen.sort_unstable();
-                return Some((at_ms, chosen));
+            // Of a run of equal times only the last needs trying: where an
+            // earlier one finds enough hosts, the first `wanted` that hold
+            // are the same ones.
+            if starts.get(k + 1).is_some_and(|s| s.0 == at_ms) {
+                continue;
+            }
+            chosen.clear();
+            for &(_, i, need) in &starts[..=k] {
+                if self.profiles.get(i).holds(need, at_ms, duration_ms) {
+                    chosen.push(i);
+                    if chosen.len() == wanted {
+                        chosen.sort_unstable();
+                        return Some((at_ms, chosen));
+                    }
+                }
             }
         }
         None
@@ -312,18 +456,135 @@ impl<'a> Pool<'a> {
                 first_need = need;
             }
             let class = &mut self.classes[self.class_of[i]];
-            let before = class.key(self.profiles[i].free_now(), i);
-            self.profiles[i].take(need, from_ms, until_ms);
+            let profile = self.profiles.get(i);
+            let before = class.key(profile.free_now(), i);
+            profile.take(need, from_ms, until_ms);
             if from_ms <= now_ms {
                 self.allocated[i] = self.allocated[i].saturating_add(need);
             }
-            let after = class.key(self.profiles[i].free_now(), i);
+            let after = class.key(profile.free_now(), i);
             if before != after {
                 class.free.remove(&before);
                 class.free.insert(after);
             }
         }
         first_need
+    }
+
+    /// The up hosts of `classes`, by index (for preemption's fit check).
+    pub fn members_of(&self, classes: &[usize]) -> Vec<usize> {
+        let mut out: Vec<usize> = classes
+            .iter()
+            .flat_map(|&c| self.classes[c].members.iter().copied())
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Up host `i` as the snapshot has it.
+    pub fn host(&self, i: usize) -> &'a Host {
+        self.hosts[i]
+    }
+
+    /// The index of the up host named `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.hosts
+            .binary_search_by(|h| h.name.as_str().cmp(name))
+            .ok()
+    }
+
+    /// What host `i` has allocated now, this pass's placements included.
+    pub fn allocated_now(&self, i: usize) -> Resources {
+        self.allocated[i]
+    }
+
+    /// The least host `i` has free over `[from_ms, until_ms)` (`None`:
+    /// forever), this pass's placements and reservations taken out.
+    pub fn min_free(&mut self, i: usize, from_ms: u64, until_ms: Option<u64>) -> Resources {
+        self.host_checks += 1;
+        self.profiles.get(i).min_free(from_ms, until_ms)
+    }
+
+    /// Whether anything was placed on host `i` in this pass.
+    pub fn taken_in_pass(&self, i: usize) -> bool {
+        self.allocated[i] != self.hosts[i].allocated
+    }
+
+    /// Gives back on host `i` the room a running job holds until
+    /// `until_ms` (`None`: it has no end), as if it stopped now; used to
+    /// try an eviction, undone by [`Pool::retake`].
+    pub fn give(&mut self, i: usize, held: Resources, now_ms: u64, until_ms: Option<u64>) {
+        self.adjust(i, |profile, allocated| {
+            profile.give(held, now_ms, until_ms);
+            *allocated = allocated.saturating_sub(held);
+        });
+    }
+
+    /// Undoes [`Pool::give`].
+    pub fn retake(&mut self, i: usize, held: Resources, now_ms: u64, until_ms: Option<u64>) {
+        self.adjust(i, |profile, allocated| {
+            profile.take(held, now_ms, until_ms);
+            *allocated = allocated.saturating_add(held);
+        });
+    }
+
+    /// Changes host `i`'s profile and allocation, keeping its class's
+    /// free-room index in step.
+    fn adjust(&mut self, i: usize, change: impl FnOnce(&mut Profile, &mut Resources)) {
+        let class = &mut self.classes[self.class_of[i]];
+        let profile = self.profiles.get(i);
+        let before = class.key(profile.free_now(), i);
+        change(profile, &mut self.allocated[i]);
+        let after = class.key(profile.free_now(), i);
+        if before != after {
+            class.free.remove(&before);
+            class.free.insert(after);
+        }
+    }
+
+    /// What host `i` has free now, this pass's placements included (what
+    /// `fits` checks), whatever its profile promises to others.
+    pub fn free_physical(&self, i: usize) -> Resources {
+        self.hosts[i]
+            .inventory
+            .resources()
+            .saturating_sub(self.allocated[i])
+    }
+
+    /// Whether host `i`'s profile has `need` free over `[from_ms, until_ms)`
+    /// (`None`: forever).
+    pub fn holds_between(
+        &mut self,
+        i: usize,
+        need: Resources,
+        from_ms: u64,
+        until_ms: Option<u64>,
+    ) -> bool {
+        self.host_checks += 1;
+        need.within(self.profiles.get(i).min_free(from_ms, until_ms))
+    }
+
+    /// The hosts of `classes`.
+    pub fn members<'s>(&'s self, classes: &'s [usize]) -> impl Iterator<Item = usize> + 's {
+        classes
+            .iter()
+            .flat_map(move |&c| self.classes[c].members.iter().copied())
+    }
+
+    /// Takes all of host `i` out of its profile over `[from_ms, until_ms)`
+    /// without allocating anything: an admin reservation's window, which
+    /// jobs outside it may not overlap.
+    pub fn block(&mut self, i: usize, from_ms: u64, until_ms: u64) {
+        let total = self.hosts[i].inventory.resources();
+        let class = &mut self.classes[self.class_of[i]];
+        let profile = self.profiles.get(i);
+        let before = class.key(profile.free_now(), i);
+        profile.take(total, from_ms, Some(until_ms));
+        let after = class.key(profile.free_now(), i);
+        if before != after {
+            class.free.remove(&before);
+            class.free.insert(after);
+        }
     }
 
     pub fn names(&self, hosts: &[usize]) -> Vec<String> {

@@ -12,13 +12,13 @@
 //! job, policy objects resolved once per distinct name.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::assoc::{Account, ROOT_ACCOUNT};
 use crate::catalog::{Catalog, ACCOUNT_DEPTH_MAX};
-use crate::fxhash::FxMap;
+use crate::fxhash::{Fx, FxMap};
 use crate::model::JobId;
 use crate::pass::{PendingJob, PriorityWeights, Snapshot};
 use crate::qos::TresKind;
@@ -192,7 +192,8 @@ struct Held<'s> {
     gpu: u64,
     cpu: u64,
     mem_mb: u64,
-    hosts: BTreeSet<&'s str>,
+    /// Distinct hosts (only their number is read).
+    hosts: HashSet<&'s str, Fx>,
 }
 
 impl Held<'_> {
@@ -229,13 +230,34 @@ pub fn served_fractions(snapshot: &Snapshot, catalog: &Catalog) -> BTreeMap<Stri
         .map(|a| (a.name.as_str(), Held::default()))
         .collect();
     if !held.is_empty() {
-        for r in &snapshot.running {
+        // By account: it and its ancestors that have a quota (the walk up
+        // the tree is the same for every job of the account).
+        let mut quota_lineage: FxMap<&str, Vec<&str>> = FxMap::default();
+        // Borrowed runs (idle-fill) hold none of their account's quota.
+        for r in snapshot.running.iter().filter(|r| !r.borrowed) {
             let Some(account) = catalog.account_of(&r.user, &r.account) else {
                 continue;
             };
             let hosts = r.hosts.len() as u64;
-            let mut name = account.name.as_str();
-            for _ in 0..ACCOUNT_DEPTH_MAX {
+            let lineage = quota_lineage
+                .entry(account.name.as_str())
+                .or_insert_with(|| {
+                    let mut found = Vec::new();
+                    let mut name = account.name.as_str();
+                    for _ in 0..ACCOUNT_DEPTH_MAX {
+                        if held.contains_key(name) {
+                            found.push(name);
+                        }
+                        match catalog.account(name) {
+                            Some(a) if parent_key(a, catalog) != ROOT_ACCOUNT => {
+                                name = a.parent.as_str();
+                            }
+                            _ => break,
+                        }
+                    }
+                    found
+                });
+            for &name in lineage.iter() {
                 if let Some(h) = held.get_mut(name) {
                     h.gpu = h
                         .gpu
@@ -247,12 +269,6 @@ pub fn served_fractions(snapshot: &Snapshot, catalog: &Catalog) -> BTreeMap<Stri
                         .mem_mb
                         .saturating_add(r.per_host.mem_mb.saturating_mul(hosts));
                     h.hosts.extend(r.hosts.iter().map(String::as_str));
-                }
-                match catalog.account(name) {
-                    Some(a) if parent_key(a, catalog) != ROOT_ACCOUNT => {
-                        name = a.parent.as_str();
-                    }
-                    _ => break,
                 }
             }
         }

@@ -8,6 +8,9 @@ use crate::model::Resources;
 
 /// Free resources on one host from `now_ms` on. `steps[i]` holds from its
 /// time until the next step's time; the last step holds forever.
+/// Steps a new profile has room for beyond its releases.
+const STEPS_SPARE: usize = 5;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Profile {
     steps: Vec<(u64, Resources)>,
@@ -20,15 +23,22 @@ impl Profile {
     /// is counted one millisecond from now, so nothing is promised room that
     /// is still taken.
     pub fn new(now_ms: u64, free_now: Resources, mut releases: Vec<(u64, Resources)>) -> Profile {
-        let soonest_ms = now_ms.saturating_add(1);
-        for release in releases.iter_mut() {
-            release.0 = release.0.max(soonest_ms);
-        }
         releases.sort_by_key(|r| r.0);
-        let mut steps = Vec::with_capacity(releases.len() + 1);
+        Profile::from_sorted(now_ms, free_now, &releases)
+    }
+
+    /// [`Profile::new`] from releases already in time order.
+    pub fn from_sorted(now_ms: u64, free_now: Resources, releases: &[(u64, Resources)]) -> Profile {
+        debug_assert!(releases.is_sorted_by_key(|r| r.0));
+        let soonest_ms = now_ms.saturating_add(1);
+        // Room for the few steps a pass's placements and reservations
+        // split in, so that taking rarely reallocates.
+        let mut steps = Vec::with_capacity(releases.len() + STEPS_SPARE);
         steps.push((now_ms, free_now));
         let mut free = free_now;
-        for (at_ms, freed) in releases {
+        for &(at_ms, freed) in releases {
+            // Clamping keeps the order: `max` with a constant is monotone.
+            let at_ms = at_ms.max(soonest_ms);
             free = free.saturating_add(freed);
             match steps.last_mut() {
                 Some(last) if last.0 == at_ms => last.1 = free,
@@ -73,11 +83,18 @@ impl Profile {
     /// The earliest time at or after `from_ms` from which `need` is free for
     /// `duration_ms` (forever when `None`); `None` when never. Only step
     /// times can start such a window, so only they are tried.
+    ///
+    /// One sweep over the steps, O(steps): when the window from a candidate
+    /// meets a step that lacks `need`, every candidate up to that step
+    /// would meet it too, so the next candidate is the step after it.
     pub fn earliest(&self, need: Resources, from_ms: u64, duration_ms: Option<u64>) -> Option<u64> {
         let first = self.step_at(from_ms);
-        std::iter::once(from_ms)
-            .chain(self.steps[first + 1..].iter().map(|s| s.0))
-            .find(|&t| self.holds(need, t, duration_ms))
+        earliest_in(
+            self.steps[first..].iter().copied(),
+            need,
+            from_ms,
+            duration_ms,
+        )
     }
 
     /// Takes `used` out of the profile over `[from_ms, until_ms)`.
@@ -89,6 +106,19 @@ impl Profile {
         };
         for step in &mut self.steps[start..end] {
             step.1 = step.1.saturating_sub(used);
+        }
+    }
+
+    /// Gives `freed` back over `[from_ms, until_ms)`: the inverse of
+    /// [`Profile::take`], for a running job stopped before its end.
+    pub fn give(&mut self, freed: Resources, from_ms: u64, until_ms: Option<u64>) {
+        let start = self.split_at(from_ms);
+        let end = match until_ms {
+            Some(u) => self.split_at(u),
+            None => self.steps.len(),
+        };
+        for step in &mut self.steps[start..end] {
+            step.1 = step.1.saturating_add(freed);
         }
     }
 
@@ -106,6 +136,70 @@ impl Profile {
         self.steps.insert(i + 1, (at_ms, free));
         i + 1
     }
+}
+
+/// [`Profile::earliest`] over `steps`, the first of which holds at
+/// `from_ms`: one forward sweep, so it also runs over steps that were never
+/// stored (a host's running jobs' releases, see [`steps_of`]).
+pub fn earliest_in(
+    steps: impl Iterator<Item = (u64, Resources)>,
+    need: Resources,
+    from_ms: u64,
+    duration_ms: Option<u64>,
+) -> Option<u64> {
+    let mut start_ms = from_ms;
+    // The step being looked at is the candidate's own (its window always
+    // includes it) rather than a later one.
+    let mut first_of_window = true;
+    // The last step lacked `need`: the next step's time is the candidate.
+    let mut restart = false;
+    for (at_ms, free) in steps {
+        if restart {
+            start_ms = at_ms;
+            first_of_window = true;
+            restart = false;
+        }
+        let until_ms = duration_ms.map(|d| start_ms.saturating_add(d));
+        if !first_of_window && until_ms.is_some_and(|u| at_ms >= u) {
+            return Some(start_ms);
+        }
+        if need.within(free) {
+            first_of_window = false;
+        } else {
+            restart = true;
+        }
+    }
+    (!restart).then_some(start_ms)
+}
+
+/// The steps [`Profile::from_sorted`] would store for `free_now` at
+/// `now_ms` and `releases` (in time order), made as they are read: what a
+/// pass that never takes room on a host needs to know of it.
+pub fn steps_of(
+    now_ms: u64,
+    free_now: Resources,
+    releases: &[(u64, Resources)],
+) -> impl Iterator<Item = (u64, Resources)> + '_ {
+    let soonest_ms = now_ms.saturating_add(1);
+    let mut free = free_now;
+    let mut i = 0;
+    let mut first = true;
+    std::iter::from_fn(move || {
+        if first {
+            first = false;
+            return Some((now_ms, free_now));
+        }
+        let at_ms = releases.get(i)?.0.max(soonest_ms);
+        // Releases at the same (clamped) time are one step.
+        while let Some(&(t, freed)) = releases.get(i) {
+            if t.max(soonest_ms) != at_ms {
+                break;
+            }
+            free = free.saturating_add(freed);
+            i += 1;
+        }
+        Some((at_ms, free))
+    })
 }
 
 #[cfg(test)]
@@ -135,6 +229,64 @@ mod tests {
         assert!(!p.holds(r(1), 50, None));
         assert_eq!(p.earliest(r(4), 0, Some(200)), Some(400));
         assert_eq!(p.earliest(r(1), 0, Some(100)), Some(0));
+    }
+
+    /// The sweep answers as trying every candidate start in turn would.
+    #[test]
+    fn earliest_matches_trying_every_start() {
+        let mut p = Profile::new(
+            0,
+            r(1),
+            vec![(100, r(2)), (300, r(1)), (600, r(4)), (900, r(1))],
+        );
+        p.take(r(3), 650, Some(800));
+        p.take(r(2), 350, Some(450));
+        for need in 0..=10 {
+            for from_ms in [0, 50, 100, 320, 640, 700, 1_000] {
+                for duration_ms in [None, Some(0), Some(1), Some(100), Some(250), Some(5_000)] {
+                    let first = p.step_at(from_ms);
+                    let direct = std::iter::once(from_ms)
+                        .chain(p.steps[first + 1..].iter().map(|s| s.0))
+                        .find(|&t| p.holds(r(need), t, duration_ms));
+                    assert_eq!(
+                        p.earliest(r(need), from_ms, duration_ms),
+                        direct,
+                        "need {need} from {from_ms} for {duration_ms:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn steps_made_as_read_are_the_stored_ones() {
+        let releases = [
+            (500, r(1)),
+            (900, r(2)),
+            (1_000, r(1)),
+            (1_000, r(3)),
+            (1_001, r(1)),
+            (4_000, r(2)),
+        ];
+        for now_ms in [0, 999, 1_000, 2_000, 5_000] {
+            let stored = Profile::from_sorted(now_ms, r(1), &releases);
+            let made: Vec<(u64, Resources)> = steps_of(now_ms, r(1), &releases).collect();
+            assert_eq!(made, stored.steps, "now {now_ms}");
+            for need in 0..=11 {
+                for duration_ms in [None, Some(0), Some(1), Some(2_000)] {
+                    assert_eq!(
+                        earliest_in(
+                            steps_of(now_ms, r(1), &releases),
+                            r(need),
+                            now_ms,
+                            duration_ms
+                        ),
+                        stored.earliest(r(need), now_ms, duration_ms),
+                        "now {now_ms} need {need} for {duration_ms:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

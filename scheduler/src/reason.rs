@@ -61,6 +61,14 @@ pub enum Reason {
     InvalidQos,
     /// A QOS or association limit.
     Limit(LimitScope, LimitKind),
+    /// Waiting for its admin reservation's window to start.
+    Reservation,
+    /// The reservation it names does not exist, has ended, or does not
+    /// admit its user or account.
+    InvalidReservation,
+    /// Only hosts held by a maintenance window (reserved for no one) could
+    /// take it now.
+    ReservedForMaintenance,
 }
 
 impl Reason {
@@ -82,6 +90,10 @@ impl Reason {
             Reason::InvalidAccount => "InvalidAccount",
             Reason::InvalidQos => "InvalidQOS",
             Reason::Limit(scope, kind) => limit_code(*scope, *kind),
+            Reason::Reservation => "Reservation",
+            Reason::InvalidReservation => "InvalidReservation",
+            // Slurm prints the two together for nodes in a MAINT reservation.
+            Reason::ReservedForMaintenance => "ReqNodeNotAvail, Reserved for maintenance",
         }
     }
 
@@ -105,6 +117,13 @@ impl Reason {
             Reason::InvalidQos => "its QOS does not exist",
             Reason::Limit(LimitScope::Qos, _) => "its QOS has reached a limit",
             Reason::Limit(LimitScope::Assoc, _) => "its account has reached a limit",
+            Reason::Reservation => "waiting for its reservation's window to start",
+            Reason::InvalidReservation => {
+                "its reservation does not exist, has ended, or does not admit it"
+            }
+            Reason::ReservedForMaintenance => {
+                "the hosts it could use now are reserved for maintenance"
+            }
         }
     }
 

@@ -38,3 +38,27 @@ fn replay_is_deterministic_and_easy_waits_less_than_fcfs() {
     );
     assert!(field(&easy, "mean_bsld") < field(&fcfs, "mean_bsld"));
 }
+
+/// The replay's figures, pinned: any change to the pass or the engine that
+/// moves a single start shows here. Recorded from the scheduler as of
+/// commit 163e87e (before the performance work), which every later change
+/// must reproduce exactly.
+#[test]
+fn replay_figures_are_pinned() {
+    let easy = replay(true);
+    assert_eq!(
+        easy,
+        "{\"event\":\"summary\",\"jobs\":2000,\"mean_wait_s\":5428.44,\"mean_bsld\":58.673433,\
+         \"p95_wait_s\":37251,\"utilization\":0.610725,\"makespan_s\":2089872,\"sim_wall_ms\":0,\
+         \"passes\":3849,\"hosts\":100,\"skipped\":0,\"recorded_mean_wait_s\":26576.153,\
+         \"recorded_mean_bsld\":450.678229}"
+    );
+    let fcfs = replay(false);
+    assert_eq!(
+        fcfs,
+        "{\"event\":\"summary\",\"jobs\":2000,\"mean_wait_s\":37790.4295,\"mean_bsld\":855.024728,\
+         \"p95_wait_s\":119603,\"utilization\":0.603717,\"makespan_s\":2114131,\"sim_wall_ms\":0,\
+         \"passes\":3839,\"hosts\":100,\"skipped\":0,\"recorded_mean_wait_s\":26576.153,\
+         \"recorded_mean_bsld\":450.678229}"
+    );
+}

@@ -149,12 +149,20 @@ mod tests {
             panic!("expected lines");
         };
         assert_eq!(lines, ["berth: error: unexpected argument '2'"]);
+        // scancel without ids or filters is refused when it runs.
         assert_eq!(
-            error(Tool::Scancel, &["scancel"]),
+            error(Tool::Srun, &["srun", "-n", "2"]),
             Report::Lines(vec![
-                "scancel: error: the following required arguments were not provided: <JOB_ID>..."
+                "srun: error: the following required arguments were not provided: <COMMAND>..."
                     .into()
             ])
+        );
+        let Report::Lines(lines) = error(Tool::Sacct, &["sacct", "-j"]) else {
+            panic!("expected lines");
+        };
+        assert!(
+            lines[0].starts_with("sacct: error: a value is required for '--jobs"),
+            "{lines:?}"
         );
     }
 

@@ -62,7 +62,7 @@ pub async fn requeue(global: &GlobalArgs, args: RequeueArgs) -> Result<ExitCode>
     each(global, &args.ids, action, false, "requeue").await
 }
 
-async fn each(
+pub async fn each(
     global: &GlobalArgs,
     ids: &[String],
     action: Action,
@@ -80,6 +80,7 @@ async fn each(
             job_id,
             action: action as i32,
             admin,
+            ..Default::default()
         };
         match cluster.control_job(request).await {
             Ok(_) => {}

@@ -15,6 +15,40 @@ pub fn parse_job_id(text: &str) -> Result<u64> {
     }
 }
 
+/// A job as scancel names it: an id (an array's id stands for the whole
+/// array), or one task of an array (`12_3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobRef {
+    Job(u64),
+    Task { array: u64, task: u32 },
+}
+
+impl std::fmt::Display for JobRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobRef::Job(id) => write!(f, "{id}"),
+            JobRef::Task { array, task } => write!(f, "{array}_{task}"),
+        }
+    }
+}
+
+/// Parses `12` or `12_3`; steps (`12.0`) and bracketed task lists are
+/// refused by name.
+pub fn parse_job_ref(text: &str) -> Result<JobRef> {
+    let trimmed = text.trim();
+    let Some((array, task)) = trimmed.split_once('_') else {
+        return parse_job_id(text).map(JobRef::Job);
+    };
+    let array = parse_job_id(array)?;
+    let digits = !task.is_empty() && task.bytes().all(|b| b.is_ascii_digit());
+    match task.parse::<u32>() {
+        Ok(task) if digits => Ok(JobRef::Task { array, task }),
+        _ => {
+            bail!("invalid job id \"{text}\": expected ARRAYID_TASK with one task index, e.g. 12_3")
+        }
+    }
+}
+
 /// Parses a comma-separated id list (`squeue -j 1,2,3`).
 pub fn parse_job_ids(list: &str) -> Result<Vec<u64>> {
     list.split(',').map(parse_job_id).collect()
@@ -36,6 +70,18 @@ mod tests {
             err.as_deref(),
             Some("invalid job id \"12_3\": job arrays and steps are not supported yet")
         );
+    }
+
+    #[test]
+    fn array_tasks_are_refs() {
+        assert_eq!(parse_job_ref("12").ok(), Some(JobRef::Job(12)));
+        assert_eq!(
+            parse_job_ref("12_3").ok(),
+            Some(JobRef::Task { array: 12, task: 3 })
+        );
+        for bad in ["12_", "12_x", "12_[1-3]", "_3", "12_+3", "12_3_4", "0_1"] {
+            assert!(parse_job_ref(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -8,11 +8,19 @@ pub mod cluster;
 pub mod control;
 pub mod events;
 pub mod explain;
+pub mod generate;
 pub mod ids;
 pub mod job;
 pub mod output;
 pub mod queue;
+pub mod sacct;
+pub mod sacctmgr;
+pub mod scontrol;
+pub mod scontrol_update;
 pub mod sim;
+pub mod sinfo;
+pub mod sprio;
+pub mod srun;
 pub mod submit;
 
 use clap::{Args, Parser, Subcommand};
@@ -25,9 +33,31 @@ use std::process::ExitCode;
 pub enum Tool {
     Berth,
     Sbatch,
+    Srun,
+    Salloc,
     Squeue,
     Scancel,
+    Sacct,
+    Sacctmgr,
+    Scontrol,
+    Sinfo,
+    Sprio,
 }
+
+/// Every name the binary answers to.
+pub const ALL_TOOLS: [Tool; 11] = [
+    Tool::Berth,
+    Tool::Sbatch,
+    Tool::Srun,
+    Tool::Salloc,
+    Tool::Squeue,
+    Tool::Scancel,
+    Tool::Sacct,
+    Tool::Sacctmgr,
+    Tool::Scontrol,
+    Tool::Sinfo,
+    Tool::Sprio,
+];
 
 impl Tool {
     /// From argv[0]'s file name: a symlink named `sbatch` is sbatch.
@@ -36,12 +66,11 @@ impl Tool {
             .and_then(|a| Path::new(a).file_name())
             .and_then(|n| n.to_str())
             .unwrap_or("berth");
-        match name {
-            "sbatch" => Tool::Sbatch,
-            "squeue" => Tool::Squeue,
-            "scancel" => Tool::Scancel,
-            _ => Tool::Berth,
-        }
+        ALL_TOOLS
+            .iter()
+            .copied()
+            .find(|t| t.prog() == name)
+            .unwrap_or(Tool::Berth)
     }
 
     /// The program name used in messages, as Slurm prefixes its own.
@@ -49,8 +78,15 @@ impl Tool {
         match self {
             Tool::Berth => "berth",
             Tool::Sbatch => "sbatch",
+            Tool::Srun => "srun",
+            Tool::Salloc => "salloc",
             Tool::Squeue => "squeue",
             Tool::Scancel => "scancel",
+            Tool::Sacct => "sacct",
+            Tool::Sacctmgr => "sacctmgr",
+            Tool::Scontrol => "scontrol",
+            Tool::Sinfo => "sinfo",
+            Tool::Sprio => "sprio",
         }
     }
 }
@@ -91,11 +127,30 @@ pub struct BerthCli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Submit a batch job (as sbatch)
+    #[command(visible_alias = "sbatch")]
     Submit(Box<submit::SubmitArgs>),
     /// List jobs (as squeue)
+    #[command(visible_alias = "squeue")]
     Queue(queue::QueueArgs),
     /// Cancel jobs (as scancel)
+    #[command(visible_alias = "scancel")]
     Cancel(cancel::CancelArgs),
+    /// Accounting: finished and live jobs (as sacct)
+    Sacct(sacct::SacctArgs),
+    /// QOS, accounts, users and associations (as sacctmgr)
+    Sacctmgr(sacctmgr::SacctmgrArgs),
+    /// Show jobs, nodes and partitions; hold, release, requeue (as scontrol)
+    Scontrol(scontrol::ScontrolArgs),
+    /// Partitions and hosts (as sinfo)
+    Sinfo(sinfo::SinfoArgs),
+    /// Priority factors of pending jobs at the last pass (as sprio)
+    Sprio(sprio::SprioArgs),
+    /// Run a step inside a batch job (as srun)
+    Srun(srun::SrunArgs),
+    /// Shell completions for berth or one of its Slurm names
+    Completions(generate::CompletionsArgs),
+    /// Write man pages for berth and its Slurm names into a directory
+    Man(generate::ManArgs),
     /// Hold pending jobs (as scontrol hold)
     Hold(control::ControlArgs),
     /// Release held jobs (as scontrol release)
@@ -117,52 +172,53 @@ pub enum Command {
     /// Cluster administration: backups
     #[command(subcommand)]
     Admin(admin::AdminCommand),
+    /// Interactive allocation (as salloc): not supported yet
+    #[command(hide = true)]
+    Salloc(SallocArgs),
 }
 
-/// `sbatch`: berth submit under Slurm's name.
-#[derive(Parser, Debug)]
-#[command(
-    name = "sbatch",
-    about = "Submit a batch job to Berth",
-    args_override_self = true,
-    infer_long_args = true
-)]
-pub struct SbatchCli {
-    #[command(flatten)]
-    pub global: GlobalArgs,
-    #[command(flatten)]
-    pub submit: submit::SubmitArgs,
+/// Declares the parser of one Slurm name: the global options and that
+/// tool's own, flattened.
+macro_rules! slurm_cli {
+    ($name:ident, $prog:literal, $about:literal, $field:ident: $args:ty $(, $attr:meta)*) => {
+        #[derive(Parser, Debug)]
+        #[command(
+            name = $prog,
+            about = $about,
+            args_override_self = true,
+            infer_long_args = true
+            $(, $attr)*
+        )]
+        pub struct $name {
+            #[command(flatten)]
+            pub global: GlobalArgs,
+            #[command(flatten)]
+            pub $field: $args,
+        }
+    };
 }
 
-/// `squeue`: berth queue under Slurm's name.
-#[derive(Parser, Debug)]
-#[command(
-    name = "squeue",
-    about = "List Berth jobs",
-    args_override_self = true,
-    infer_long_args = true,
-    disable_help_flag = true
-)]
-pub struct SqueueCli {
-    #[command(flatten)]
-    pub global: GlobalArgs,
-    #[command(flatten)]
-    pub queue: queue::QueueArgs,
-}
+slurm_cli!(SbatchCli, "sbatch", "Submit a batch job to Berth", submit: submit::SubmitArgs);
+slurm_cli!(SrunCli, "srun", "Run a job step inside a Berth batch job", srun: srun::SrunArgs);
+slurm_cli!(SallocCli, "salloc", "Interactive allocations: not supported by Berth yet", salloc: SallocArgs);
+slurm_cli!(SqueueCli, "squeue", "List Berth jobs", queue: queue::QueueArgs, disable_help_flag = true);
+slurm_cli!(ScancelCli, "scancel", "Cancel Berth jobs", cancel: cancel::CancelArgs);
+slurm_cli!(SacctCli, "sacct", "Berth job accounting", sacct: sacct::SacctArgs);
+slurm_cli!(SacctmgrCli, "sacctmgr", "Berth QOS, accounts, users and associations", sacctmgr: sacctmgr::SacctmgrArgs);
+slurm_cli!(ScontrolCli, "scontrol", "Show and control Berth jobs, nodes and partitions", scontrol: scontrol::ScontrolArgs);
+slurm_cli!(SinfoCli, "sinfo", "Berth partitions and hosts", sinfo: sinfo::SinfoArgs, disable_help_flag = true);
+slurm_cli!(SprioCli, "sprio", "Priority factors of pending Berth jobs", sprio: sprio::SprioArgs, disable_help_flag = true);
 
-/// `scancel`: berth cancel under Slurm's name.
-#[derive(Parser, Debug)]
-#[command(
-    name = "scancel",
-    about = "Cancel Berth jobs",
-    args_override_self = true,
-    infer_long_args = true
-)]
-pub struct ScancelCli {
-    #[command(flatten)]
-    pub global: GlobalArgs,
-    #[command(flatten)]
-    pub cancel: cancel::CancelArgs,
+/// `salloc`'s arguments, taken whole: salloc is refused as a whole.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SallocArgs {
+    /// Options and command, as salloc takes them
+    #[arg(
+        value_name = "ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub args: Vec<String>,
 }
 
 /// A parsed command line.
@@ -183,6 +239,14 @@ pub fn parse(tool: Tool, argv: &[OsString]) -> Result<Invocation, clap::Error> {
             let cli = SbatchCli::try_parse_from(argv)?;
             (cli.global, Command::Submit(Box::new(cli.submit)))
         }
+        Tool::Srun => {
+            let cli = SrunCli::try_parse_from(argv)?;
+            (cli.global, Command::Srun(cli.srun))
+        }
+        Tool::Salloc => {
+            let cli = SallocCli::try_parse_from(argv)?;
+            (cli.global, Command::Salloc(cli.salloc))
+        }
         Tool::Squeue => {
             let cli = SqueueCli::try_parse_from(argv)?;
             (cli.global, Command::Queue(cli.queue))
@@ -191,14 +255,65 @@ pub fn parse(tool: Tool, argv: &[OsString]) -> Result<Invocation, clap::Error> {
             let cli = ScancelCli::try_parse_from(argv)?;
             (cli.global, Command::Cancel(cli.cancel))
         }
+        Tool::Sacct => {
+            let cli = SacctCli::try_parse_from(argv)?;
+            (cli.global, Command::Sacct(cli.sacct))
+        }
+        Tool::Sacctmgr => {
+            let cli = SacctmgrCli::try_parse_from(argv)?;
+            (cli.global, Command::Sacctmgr(cli.sacctmgr))
+        }
+        Tool::Scontrol => {
+            let cli = ScontrolCli::try_parse_from(argv)?;
+            (cli.global, Command::Scontrol(cli.scontrol))
+        }
+        Tool::Sinfo => {
+            let cli = SinfoCli::try_parse_from(argv)?;
+            (cli.global, Command::Sinfo(cli.sinfo))
+        }
+        Tool::Sprio => {
+            let cli = SprioCli::try_parse_from(argv)?;
+            (cli.global, Command::Sprio(cli.sprio))
+        }
     };
     Ok(Invocation { global, command })
+}
+
+/// Fills what neither a flag nor the environment gave from the client
+/// config file, if there is one (flag, then environment, then file).
+fn with_config_file(mut global: GlobalArgs) -> anyhow::Result<GlobalArgs> {
+    let Some(config) = berth_client::config_file::load()? else {
+        return Ok(global);
+    };
+    let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
+    if global.server.is_none() && unset(berth_client::SERVER_ENV) && !config.servers.is_empty() {
+        global.server = Some(config.servers.join(","));
+    }
+    if global.token.is_none() && unset(berth_client::TOKEN_ENV) {
+        global.token = config.token;
+    }
+    if global.ca.is_none() && unset(berth_client::CA_ENV) {
+        global.ca = config.ca;
+    }
+    Ok(global)
 }
 
 /// Runs a parsed command. Everything the user typed is checked before the
 /// first connection, so bad input never reaches the cluster.
 pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode> {
-    let global = invocation.global;
+    let local = matches!(
+        invocation.command,
+        Command::Sim(_)
+            | Command::Completions(_)
+            | Command::Man(_)
+            | Command::Srun(_)
+            | Command::Salloc(_)
+    );
+    let global = if local {
+        invocation.global
+    } else {
+        with_config_file(invocation.global)?
+    };
     if global.token.is_some() {
         berth_client::set_token(global.token.clone());
     }
@@ -216,20 +331,29 @@ pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode>
         Command::Cluster(command) => cluster::run(&global, command).await,
         Command::Sim(command) => sim::run(command),
         Command::Admin(command) => admin::run(&global, command).await,
+        Command::Sacct(args) => sacct::run(&global, args).await,
+        Command::Sacctmgr(args) => sacctmgr::run(&global, args).await,
+        Command::Scontrol(args) => scontrol::run(&global, args).await,
+        Command::Sinfo(args) => sinfo::run(&global, args).await,
+        Command::Sprio(args) => sprio::run(&global, args).await,
+        Command::Srun(args) => srun::run(args).await,
+        Command::Salloc(_) => anyhow::bail!(
+            "salloc is not supported yet: Berth has no interactive allocations; submit with sbatch"
+        ),
+        Command::Completions(args) => generate::completions(args),
+        Command::Man(args) => generate::man(args),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn clap_definitions_are_consistent() {
-        BerthCli::command().debug_assert();
-        SbatchCli::command().debug_assert();
-        SqueueCli::command().debug_assert();
-        ScancelCli::command().debug_assert();
+        for tool in ALL_TOOLS {
+            generate::command_of(tool).debug_assert();
+        }
     }
 
     #[test]
@@ -240,6 +364,9 @@ mod tests {
         assert_eq!(tool("./scancel"), Tool::Scancel);
         assert_eq!(tool("/opt/berth/bin/berth"), Tool::Berth);
         assert_eq!(tool("sbatch.old"), Tool::Berth);
+        for t in ALL_TOOLS {
+            assert_eq!(tool(&format!("/usr/bin/{}", t.prog())), t);
+        }
         assert_eq!(Tool::from_argv0(None), Tool::Berth);
     }
 }

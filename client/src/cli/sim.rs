@@ -4,12 +4,13 @@
 
 use super::output;
 use anyhow::{bail, Context as _, Result};
-use berth_scheduler::sim::bench::{bench_snapshot, BenchReport, BENCH_NOW_MS};
+use berth_scheduler::schedule;
+use berth_scheduler::sim::bench::{bench_policy, bench_snapshot, BenchReport, BENCH_NOW_MS};
+use berth_scheduler::sim::farm::{run_farm, FarmConfig};
 use berth_scheduler::sim::plot::timeline_svg;
 use berth_scheduler::sim::run_scenario;
 use berth_scheduler::sim::swf::{run_swf_with, summary_line, SwfOptions};
 use berth_scheduler::sim::Progress;
-use berth_scheduler::{schedule, Policy};
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::{IsTerminal as _, Read, Write as _};
 use std::path::{Path, PathBuf};
@@ -27,6 +28,29 @@ pub enum SimCommand {
     Swf(SwfArgs),
     /// Time full scheduling passes on a seeded cluster state
     BenchPass(BenchArgs),
+    /// Run a seeded emulator farm single-path then multi-path and print
+    /// one line of figures for each (docs/multi-path.md)
+    Farm(FarmArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FarmArgs {
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    pub seed: u64,
+    /// Emulator groups (one host of 4 units each)
+    #[arg(long, value_name = "G", default_value_t = 64)]
+    pub groups: u32,
+    /// Long exclusive jobs, each accepting --alternatives groups
+    #[arg(long, value_name = "N", default_value_t = 900)]
+    pub long_jobs: u32,
+    #[arg(long, value_name = "K", default_value_t = 12)]
+    pub alternatives: u32,
+    /// One-unit filler jobs
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub filler_jobs: u32,
+    /// EASY heads; the same number hold every alternative when multi-path
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub bf_reservations: usize,
 }
 
 #[derive(Args, Debug)]
@@ -118,7 +142,7 @@ pub fn run(command: SimCommand) -> Result<ExitCode> {
                 bail!("--hosts: expected at least 1");
             }
             let snapshot = bench_snapshot(args.pending, args.hosts, args.seed);
-            let policy = Policy::default();
+            let policy = bench_policy();
             let mut pass_ms = Vec::with_capacity(args.passes);
             let mut started_per_pass = 0;
             for _ in 0..args.passes {
@@ -129,6 +153,25 @@ pub fn run(command: SimCommand) -> Result<ExitCode> {
             }
             let report = BenchReport::new(args.pending, args.hosts, &pass_ms, started_per_pass);
             output::emit(&format!("{}\n", serde_json::to_string(&report)?))?;
+        }
+        SimCommand::Farm(args) => {
+            let config = FarmConfig {
+                seed: args.seed,
+                groups: args.groups,
+                long_jobs: args.long_jobs,
+                alternatives: args.alternatives,
+                filler_jobs: args.filler_jobs,
+                bf_reservations: args.bf_reservations,
+                top_n: args.bf_reservations,
+                ..FarmConfig::default()
+            };
+            let mut lines = String::new();
+            for multi_path in [false, true] {
+                let figures = run_farm(&config, multi_path)?;
+                lines.push_str(&serde_json::to_string(&figures)?);
+                lines.push('\n');
+            }
+            output::emit(&lines)?;
         }
     }
     Ok(ExitCode::SUCCESS)

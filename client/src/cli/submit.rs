@@ -4,6 +4,8 @@
 
 use super::{clap_errors, output, GlobalArgs, SbatchCli, Tool};
 use anyhow::{anyhow, bail, Context as _, Result};
+use berth_client::alt::{parse_alt, AltDefaults};
+use berth_client::begin::parse_begin;
 use berth_client::export::parse_export;
 use berth_client::json::submit_json;
 use berth_client::mem::parse_mem_mb;
@@ -11,7 +13,7 @@ use berth_client::script::{check_script, sbatch_directives, script_command};
 use berth_client::time::parse_time_limit;
 use berth_client::user::current_user;
 use berth_client::{servers_from, Cluster};
-use berth_proto::api::{JobSpec, SubmitJobRequest};
+use berth_proto::api::{JobSpec, ResourceSet, SubmitJobRequest};
 use clap::{Args, Parser};
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
@@ -89,6 +91,60 @@ pub struct SubmitArgs {
     /// Generic resources per host, e.g. gpu:a100:2,emu:palladium:4
     #[arg(long, value_name = "LIST")]
     pub gres: Option<String>,
+    /// Memory per CPU: a number with K, M, G or T [default unit: M]
+    #[arg(long = "mem-per-cpu", value_name = "SIZE", conflicts_with = "mem")]
+    pub mem_per_cpu: Option<String>,
+    /// Tasks per node; with the one host a job has, the same as --ntasks
+    #[arg(long = "ntasks-per-node", value_name = "N")]
+    pub ntasks_per_node: Option<u32>,
+    /// GPUs for the job, [type:]count (on its one host)
+    #[arg(short = 'G', long = "gpus", value_name = "[TYPE:]N")]
+    pub gpus: Option<String>,
+    /// GPUs per node, [type:]count
+    #[arg(
+        long = "gpus-per-node",
+        value_name = "[TYPE:]N",
+        conflicts_with = "gpus"
+    )]
+    pub gpus_per_node: Option<String>,
+    /// Send SIG this many seconds [default: 60] before the time limit; B:
+    /// sends it to the batch shell only, else to every process of the job
+    #[arg(long, value_name = "[B:]SIG[@SECONDS]")]
+    pub signal: Option<String>,
+    /// append or truncate the output files. Not supported yet
+    #[arg(long = "open-mode", value_name = "append|truncate")]
+    pub open_mode: Option<String>,
+    /// Workload characterization key. Not supported yet
+    #[arg(long, value_name = "KEY")]
+    pub wckey: Option<String>,
+    /// Start no earlier than this time (UTC): HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]], now+COUNT[UNIT], tomorrow, ...
+    #[arg(short = 'b', long, value_name = "TIME")]
+    pub begin: Option<String>,
+    /// Start after other jobs: afterok|afterany|afternotok:ID[:ID...] or singleton, joined by ',' (all) or '?' (any)
+    #[arg(short = 'd', long, value_name = "LIST")]
+    pub dependency: Option<String>,
+    /// Job array: task indexes 0-15, 1,3,5 or 0-15:4, with an optional %MAX running at once
+    #[arg(short = 'a', long, value_name = "INDEXES")]
+    pub array: Option<String>,
+    /// Whole hosts only: nothing else runs beside the job
+    #[arg(long)]
+    pub exclusive: bool,
+    /// Features every host must have: NAME[&NAME...]
+    #[arg(short = 'C', long, value_name = "LIST")]
+    pub constraint: Option<String>,
+    /// Run in this reservation
+    #[arg(long, value_name = "NAME")]
+    pub reservation: Option<String>,
+    /// The job may be preempted (carried; nothing preempts yet)
+    #[arg(long)]
+    pub preemptible: bool,
+    /// An alternative resource set, one per option, tried in order:
+    /// KEY=VALUE,... with gres, cpus, mem, nodes; unset keys are the job's own
+    #[arg(long = "alternative", visible_alias = "alt", value_name = "SET")]
+    pub alternative: Vec<String>,
+    /// Wait for the job to end; exit with its exit code
+    #[arg(short = 'W', long)]
+    pub wait: bool,
     /// Print only the job id
     #[arg(long)]
     pub parsable: bool,
@@ -130,6 +186,8 @@ pub struct Caller {
     pub cwd: PathBuf,
     pub user: String,
     pub lookup_env: EnvLookup,
+    /// Now, for `--begin` times relative to it.
+    pub now_ms: u64,
 }
 
 /// Reads one variable of the caller's environment.
@@ -141,6 +199,7 @@ impl Caller {
             cwd: std::env::current_dir().context("cannot determine the current directory")?,
             user: current_user(),
             lookup_env: Box::new(|name| std::env::var(name).ok()),
+            now_ms: berth_client::now_ms(),
         })
     }
 }
@@ -161,7 +220,40 @@ pub async fn run(tool: Tool, global: &GlobalArgs, cli: SubmitArgs) -> Result<Exi
     } else {
         output::emit(&format!("Submitted batch job {}\n", response.job_id))?;
     }
+    if args.wait {
+        return wait_for(&mut cluster, response.job_id).await;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pause between looks at a job `--wait` follows.
+pub const WAIT_POLL_MS: u64 = 1_000;
+/// Looks `--wait` takes before giving up: a year at one a second.
+pub const WAIT_POLLS_MAX: u64 = 366 * 86_400;
+
+/// `--wait`: until the job is final, then exit as it did (its exit code;
+/// 1 when it ended without one of its own, e.g. cancelled or timed out).
+async fn wait_for(cluster: &mut Cluster, job_id: u64) -> Result<ExitCode> {
+    use berth_client::state::{job_state, state_name};
+    use berth_proto::api::JobState;
+    for _ in 0..WAIT_POLLS_MAX {
+        let job = cluster.get_job(job_id).await?;
+        let state = job_state(&job);
+        match state {
+            JobState::Pending | JobState::Running | JobState::Suspended => {
+                tokio::time::sleep(std::time::Duration::from_millis(WAIT_POLL_MS)).await;
+            }
+            JobState::Completed => {
+                return Ok(ExitCode::from(u8::try_from(job.exit_code).unwrap_or(1)));
+            }
+            _ => {
+                eprintln!("sbatch: job {job_id} ended {}", state_name(state));
+                let code = u8::try_from(job.exit_code).ok().filter(|c| *c != 0);
+                return Ok(ExitCode::from(code.unwrap_or(1)));
+            }
+        }
+    }
+    bail!("gave up waiting for job {job_id} after {WAIT_POLLS_MAX} looks")
 }
 
 /// Finds what the job runs: `--wrap`, the script file, or stdin.
@@ -273,6 +365,27 @@ impl SubmitArgs {
             comment: self.comment.or(base.comment),
             export: self.export.or(base.export),
             gres: self.gres.or(base.gres),
+            mem_per_cpu: self.mem_per_cpu.or(base.mem_per_cpu),
+            ntasks_per_node: self.ntasks_per_node.or(base.ntasks_per_node),
+            gpus: self.gpus.or(base.gpus),
+            gpus_per_node: self.gpus_per_node.or(base.gpus_per_node),
+            signal: self.signal.or(base.signal),
+            open_mode: self.open_mode.or(base.open_mode),
+            wckey: self.wckey.or(base.wckey),
+            begin: self.begin.or(base.begin),
+            dependency: self.dependency.or(base.dependency),
+            array: self.array.or(base.array),
+            exclusive: self.exclusive || base.exclusive,
+            constraint: self.constraint.or(base.constraint),
+            reservation: self.reservation.or(base.reservation),
+            preemptible: self.preemptible || base.preemptible,
+            // Sets are a list: the command line's replace the script's.
+            alternative: if self.alternative.is_empty() {
+                base.alternative
+            } else {
+                self.alternative
+            },
+            wait: self.wait || base.wait,
             parsable: self.parsable || base.parsable,
             json: self.json || base.json,
             script: self.script,
@@ -299,6 +412,30 @@ pub fn build_request(
         ),
         Source::Script { text, name, args } => (script_command(text, args), name.clone()),
     };
+    refuse_unsupported(args)?;
+    let tasks = match (args.ntasks, args.ntasks_per_node) {
+        (Some(n), Some(per_node)) if n != per_node => bail!(
+            "--ntasks={n} and --ntasks-per-node={per_node} disagree: a Berth job has one host"
+        ),
+        (n, per_node) => n.or(per_node),
+    };
+    let cpus = cpus(args.cpus_per_task, tasks)?;
+    let mem_mb = match (&args.mem, &args.mem_per_cpu) {
+        (Some(mem), _) => parse_mem_mb(mem)?,
+        (None, Some(per_cpu)) => parse_mem_mb(per_cpu)?
+            .checked_mul(u64::from(cpus.max(1)))
+            .ok_or_else(|| {
+                anyhow!(
+                    "--mem-per-cpu={per_cpu} x {} CPUs is too much memory",
+                    cpus.max(1)
+                )
+            })?,
+        (None, None) => 0,
+    };
+    let mut gres = list(args.gres.as_deref());
+    if let Some(gpus) = args.gpus.as_deref().or(args.gpus_per_node.as_deref()) {
+        gres.push(gpu_gres(gpus)?);
+    }
     let workdir = match &args.chdir {
         Some(dir) => caller.cwd.join(dir),
         None => caller.cwd.clone(),
@@ -307,7 +444,17 @@ pub fn build_request(
         .to_str()
         .ok_or_else(|| anyhow!("working directory {} is not UTF-8", workdir.display()))?
         .to_string();
+    let warn = args
+        .signal
+        .as_deref()
+        .map(berth_scheduler::signal::parse_warn_signal)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let spec = JobSpec {
+        warn_signal: warn.map_or(0, |w| w.signal),
+        warn_signal_before_s: warn.map_or(0, |w| w.before_s),
+        warn_signal_batch_only: warn.is_some_and(|w| w.batch_only),
+        alternatives: alternatives(&args.alternative, &gres, cpus, mem_mb)?,
         name: args.job_name.clone().unwrap_or(default_name),
         user: caller.user.clone(),
         command,
@@ -316,13 +463,8 @@ pub fn build_request(
             Some(list) => parse_export(list, &caller.lookup_env)?,
             None => Default::default(),
         },
-        cpus: cpus(args.cpus_per_task, args.ntasks)?,
-        mem_mb: args
-            .mem
-            .as_deref()
-            .map(parse_mem_mb)
-            .transpose()?
-            .unwrap_or(0),
+        cpus,
+        mem_mb,
         nodes: args
             .nodes
             .as_deref()
@@ -338,18 +480,118 @@ pub fn build_request(
         partitions: list(args.partition.as_deref()),
         qos: args.qos.clone().unwrap_or_default(),
         account: args.account.clone().unwrap_or_default(),
-        gres: list(args.gres.as_deref()),
+        gres,
         stdout_path: args.output.clone().unwrap_or_default(),
         stderr_path: args.error.clone().unwrap_or_default(),
         requeue: args.requeue && !args.no_requeue,
         hold: args.hold,
         nice: args.nice.unwrap_or(0),
         comment: args.comment.clone().unwrap_or_default(),
+        dependency: args
+            .dependency
+            .as_deref()
+            .map(parse_dependency)
+            .transpose()?
+            .unwrap_or_default(),
+        begin_ms: args
+            .begin
+            .as_deref()
+            .map(|text| parse_begin(text, caller.now_ms))
+            .transpose()?
+            .unwrap_or(0),
+        exclusive: args.exclusive,
+        features: args
+            .constraint
+            .as_deref()
+            .map(parse_constraint)
+            .transpose()?
+            .unwrap_or_default(),
+        reservation: args.reservation.clone().unwrap_or_default(),
+        preemptible: args.preemptible,
+        array: match args.array.as_deref() {
+            Some(text) => {
+                berth_scheduler::array::parse(text)?;
+                text.trim().to_string()
+            }
+            None => String::new(),
+        },
+        ..Default::default()
     };
     Ok(SubmitJobRequest {
         request_id: uuid::Uuid::new_v4().to_string(),
         spec: Some(spec),
     })
+}
+
+/// Options sbatch has that Berth's API cannot carry yet: refused by name,
+/// never dropped. (`--open-mode=append` is what the agent does anyway, so
+/// it is accepted.)
+fn refuse_unsupported(args: &SubmitArgs) -> Result<()> {
+    let not_yet = |option: &str, why: &str| -> Result<()> {
+        bail!("{option} is not supported by Berth yet: {why}")
+    };
+    if let Some(mode) = &args.open_mode {
+        match mode.as_str() {
+            "append" | "a" => {}
+            "truncate" | "t" => not_yet(
+                "--open-mode=truncate",
+                "output files are always appended to",
+            )?,
+            other => bail!("invalid --open-mode \"{other}\": expected append or truncate"),
+        }
+    }
+    if args.wckey.is_some() {
+        not_yet("--wckey", "the job record has no workload key")?;
+    }
+    Ok(())
+}
+
+/// `--dependency`, checked here with the scheduler's own parser so a typo
+/// is caught before the submit; the cluster checks that the jobs exist.
+/// Sent in the parser's canonical form.
+pub fn parse_dependency(text: &str) -> Result<String> {
+    let parsed = berth_scheduler::deps::parse(text).map_err(|e| anyhow!("--dependency: {e}"))?;
+    Ok(parsed.to_string())
+}
+
+/// `--constraint`: features joined by `&` (Slurm's AND; `,` is read the
+/// same). Slurm's OR (`|`), counts (`*`), brackets and parentheses are
+/// refused by name: a Berth host either has all the features or not.
+pub fn parse_constraint(text: &str) -> Result<Vec<String>> {
+    if let Some(op) = text.chars().find(|c| "|*[]()".contains(*c)) {
+        bail!(
+            "--constraint {text:?}: '{op}' is not supported by Berth: list features joined by '&', all of which a host must have"
+        );
+    }
+    let features: Vec<String> = text
+        .split(['&', ','])
+        .map(|f| f.trim().to_string())
+        .collect();
+    if features.iter().any(String::is_empty) {
+        bail!("--constraint {text:?} has an empty feature name");
+    }
+    Ok(features)
+}
+
+/// `-G`/`--gpus-per-node` as a gres entry: `4` -> `gpu:4`,
+/// `a100:2` -> `gpu:a100:2`.
+pub fn gpu_gres(text: &str) -> Result<String> {
+    let (kind, count) = match text.rsplit_once(':') {
+        Some((kind, count)) => (Some(kind), count),
+        None => (None, text),
+    };
+    let valid_kind = kind.is_none_or(|k| {
+        !k.is_empty()
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    });
+    match count.parse::<u32>() {
+        Ok(n) if n > 0 && valid_kind => Ok(match kind {
+            Some(k) => format!("gpu:{k}:{n}"),
+            None => format!("gpu:{n}"),
+        }),
+        _ => bail!("invalid GPU count \"{text}\": expected [TYPE:]N with N at least 1"),
+    }
 }
 
 /// CPUs for the one host: tasks times CPUs per task; 0 (the server's
@@ -397,6 +639,25 @@ fn parse_nodes(text: &str) -> Result<u32> {
     Ok(1)
 }
 
+/// `--alt` sets over the job's own gres, CPUs and memory.
+fn alternatives(
+    texts: &[String],
+    gres: &[String],
+    cpus: u32,
+    mem_mb: u64,
+) -> Result<Vec<ResourceSet>> {
+    let defaults = AltDefaults {
+        gres: gres.to_vec(),
+        cpus,
+        mem_mb,
+        nodes: 0,
+    };
+    texts
+        .iter()
+        .map(|text| parse_alt(text, &defaults).map_err(Into::into))
+        .collect()
+}
+
 /// A comma list with blanks and empty entries dropped.
 fn list(text: Option<&str>) -> Vec<String> {
     text.map(|t| {
@@ -427,6 +688,7 @@ mod tests {
             cwd: PathBuf::from("/home/alice/work"),
             user: "alice".into(),
             lookup_env: Box::new(|name| (name == "EDITOR").then(|| "vi".to_string())),
+            now_ms: CALLER_NOW_MS,
         }
     }
 
@@ -515,6 +777,71 @@ mod tests {
             .collect();
         assert_eq!(spec.env, env);
         assert_eq!(spec.gres, ["gpu:a100:2"]);
+    }
+
+    /// 2026-12-03T16:45:30Z.
+    const CALLER_NOW_MS: u64 = 1_796_316_330_000;
+
+    #[test]
+    fn scheduling_options_reach_the_spec() {
+        let args = parse(&[
+            "--wrap",
+            "true",
+            "-d",
+            "afterok:3:4 , singleton",
+            "-b",
+            "now+1hour",
+            "--exclusive",
+            "-C",
+            "ib&nvlink",
+            "--reservation",
+            "maint",
+            "--preemptible",
+        ]);
+        let spec = spec(&args, &wrap("true")).expect("valid");
+        assert_eq!(spec.dependency, "afterok:3:4,singleton");
+        assert_eq!(spec.begin_ms, CALLER_NOW_MS + 3_600_000);
+        assert!(spec.exclusive && spec.preemptible);
+        assert_eq!(spec.features, ["ib", "nvlink"]);
+        assert_eq!(spec.reservation, "maint");
+        let any = spec_of(&["--wrap", "true", "--dependency=afterok:1?afternotok:2"]);
+        assert_eq!(any.dependency, "afterok:1?afternotok:2");
+        let begin = spec_of(&["--wrap", "true", "--begin=2026-12-24T08:00"]);
+        assert_eq!(begin.begin_ms, 1_798_099_200_000);
+        let none = spec_of(&["--wrap", "true"]);
+        assert_eq!(
+            (none.dependency.as_str(), none.begin_ms, none.exclusive),
+            ("", 0, false)
+        );
+        assert!(none.features.is_empty() && none.reservation.is_empty() && !none.preemptible);
+    }
+
+    fn spec_of(args: &[&str]) -> JobSpec {
+        let args = parse(args);
+        spec(&args, &read_source(&args).expect("source")).expect("valid")
+    }
+
+    #[test]
+    fn bad_scheduling_options_are_refused_by_name() {
+        let refused = |args: &[&str]| message(spec(&parse(args), &wrap("true")));
+        assert_eq!(
+            refused(&["--wrap", "true", "-d", "afterok"]),
+            "--dependency: dependency \"afterok\": afterok needs at least one job id (afterok:<job id>[:<job id>...])"
+        );
+        assert_eq!(
+            refused(&["--wrap", "true", "-d", "after:3"]),
+            "--dependency: dependency \"after:3\": unknown kind \"after\" (afterok, afterany, afternotok or singleton)"
+        );
+        assert!(refused(&["--wrap", "true", "--begin", "someday"])
+            .starts_with("invalid --begin \"someday\": expected"));
+        assert_eq!(
+            refused(&["--wrap", "true", "-C", "ib|nvlink"]),
+            "--constraint \"ib|nvlink\": '|' is not supported by Berth: list features joined by '&', all of which a host must have"
+        );
+        assert_eq!(
+            refused(&["--wrap", "true", "-C", "ib&&x"]),
+            "--constraint \"ib&&x\" has an empty feature name"
+        );
     }
 
     #[test]
@@ -631,6 +958,93 @@ mod tests {
             spec.command.starts_with("exec /bin/bash /dev/fd/3 arg 3<<"),
             "{}",
             spec.command
+        );
+    }
+
+    #[test]
+    fn signal_from_the_command_line_or_a_directive() {
+        let source = Source::Wrap("true".into());
+        let spec_of = |argv: &[&str]| spec(&parse(argv), &source).expect("valid");
+        let given = spec_of(&["--signal=B:USR1@90"]);
+        assert_eq!(
+            (
+                given.warn_signal,
+                given.warn_signal_before_s,
+                given.warn_signal_batch_only
+            ),
+            (10, 90, true)
+        );
+        // Slurm's default: 60 s, every process.
+        let default = spec_of(&["--signal", "SIGTERM"]);
+        assert_eq!(
+            (
+                default.warn_signal,
+                default.warn_signal_before_s,
+                default.warn_signal_batch_only
+            ),
+            (15, 60, false)
+        );
+        let none = spec_of(&[]);
+        assert_eq!((none.warn_signal, none.warn_signal_before_s), (0, 0));
+        let text = "#!/bin/sh\n#SBATCH --signal=USR2@5\ntrue\n";
+        let script = Source::Script {
+            text: text.into(),
+            name: "job.sh".into(),
+            args: vec![],
+        };
+        let args =
+            parse(&["job.sh"]).overlaid_on(directive_args(Tool::Sbatch, text).expect("directives"));
+        let from_script = spec(&args, &script).expect("valid");
+        assert_eq!(
+            (from_script.warn_signal, from_script.warn_signal_before_s),
+            (12, 5)
+        );
+        assert!(message(spec(&parse(&["--signal=USR1@x"]), &source))
+            .contains("invalid --signal \"USR1@x\": seconds \"x\""));
+    }
+
+    #[test]
+    fn alternative_sets_reach_the_spec_in_order_over_the_jobs_own_options() {
+        let text = "#!/bin/sh\n#SBATCH --alt=gres=emu:palladium:4,cpus=8,mem=32G\n\
+                    #SBATCH --alternative=cpus=16\necho hi\n";
+        let source = Source::Script {
+            text: text.into(),
+            name: "job.sh".into(),
+            args: vec![],
+        };
+        let args = parse(&["-c", "2", "--mem=1G", "--gres=gpu:1", "job.sh"])
+            .overlaid_on(directive_args(Tool::Sbatch, text).expect("directives"));
+        let two = spec(&args, &source).expect("valid");
+        assert_eq!(two.alternatives.len(), 2);
+        let first = &two.alternatives[0];
+        assert_eq!(first.gres, ["emu:palladium:4"]);
+        assert_eq!((first.cpus, first.mem_mb), (8, 32 * 1024));
+        let second = &two.alternatives[1];
+        assert_eq!(second.gres, ["gpu:1"]);
+        assert_eq!((second.cpus, second.mem_mb), (16, 1024));
+        // The command line's sets replace the script's.
+        let args = parse(&["--alt", "cpus=3", "job.sh"])
+            .overlaid_on(directive_args(Tool::Sbatch, text).expect("directives"));
+        let one = spec(&args, &source).expect("valid");
+        assert_eq!(one.alternatives.len(), 1);
+        assert_eq!(one.alternatives[0].cpus, 3);
+        // None given: none sent.
+        assert!(spec_of(&["--wrap", "true"]).alternatives.is_empty());
+    }
+
+    #[test]
+    fn a_bad_alternative_is_refused_by_name() {
+        assert_eq!(
+            message(spec(&parse(&["--alt", "gpus=2"]), &wrap("true"))),
+            "invalid --alt \"gpus=2\": unknown key \"gpus\": expected gres, cpus, mem, nodes or partition"
+        );
+        let err = match directive_args(Tool::Sbatch, "#SBATCH --alt\n") {
+            Ok(args) => panic!("accepted {args:?}"),
+            Err(err) => err.to_string(),
+        };
+        assert!(
+            err.starts_with("invalid directive found in batch script"),
+            "{err}"
         );
     }
 

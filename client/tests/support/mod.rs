@@ -26,6 +26,22 @@ pub struct Seen {
 pub struct Jobs {
     pub jobs: BTreeMap<u64, Job>,
     pub by_request: HashMap<String, u64>,
+    /// (job id, signal, batch only) of every ControlJob SIGNAL accepted.
+    pub signals: Vec<(u64, u32, bool)>,
+    /// Every UpdateJob request accepted.
+    pub updates: Vec<UpdateJobRequest>,
+}
+
+/// Hosts, partitions and policy objects the fake answers with and keeps.
+#[derive(Default)]
+pub struct Cluster {
+    pub hosts: Vec<Host>,
+    pub partitions: Vec<Partition>,
+    pub qos: BTreeMap<String, Qos>,
+    pub accounts: BTreeMap<String, Account>,
+    pub users: BTreeMap<String, User>,
+    /// What GetPriorities answers with (a test sets it), by job id.
+    pub priorities: BTreeMap<u64, PriorityFactors>,
 }
 
 #[derive(Clone)]
@@ -33,6 +49,7 @@ pub struct FakeNode {
     pub available: bool,
     pub seen: Arc<Mutex<Vec<Seen>>>,
     pub jobs: Arc<Mutex<Jobs>>,
+    pub cluster: Arc<Mutex<Cluster>>,
 }
 
 impl FakeNode {
@@ -41,6 +58,7 @@ impl FakeNode {
             available,
             seen: Arc::default(),
             jobs: Arc::default(),
+            cluster: Arc::default(),
         }
     }
 
@@ -161,6 +179,23 @@ impl BerthApi for FakeNode {
         }))
     }
 
+    async fn get_priorities(
+        &self,
+        request: Request<GetPrioritiesRequest>,
+    ) -> Reply<GetPrioritiesResponse> {
+        self.enter("get_priorities", "")?;
+        let request = request.into_inner();
+        let cluster = self.cluster.lock().expect("lock");
+        let jobs = cluster
+            .priorities
+            .values()
+            .filter(|p| request.job_ids.is_empty() || request.job_ids.contains(&p.job_id))
+            .filter(|p| request.user.is_empty() || p.user == request.user)
+            .cloned()
+            .collect();
+        Ok(Response::new(GetPrioritiesResponse { jobs }))
+    }
+
     async fn explain_job(&self, request: Request<ExplainJobRequest>) -> Reply<ExplainJobResponse> {
         self.enter("explain_job", "")?;
         let job = self.job(request.into_inner().job_id)?;
@@ -218,19 +253,53 @@ impl BerthApi for FakeNode {
         unimplemented()
     }
     async fn list_hosts(&self, _r: Request<ListHostsRequest>) -> Reply<ListHostsResponse> {
-        unimplemented()
+        self.enter("list_hosts", "")?;
+        let hosts = self.cluster.lock().expect("lock").hosts.clone();
+        Ok(Response::new(ListHostsResponse { hosts }))
     }
-    async fn upsert_qos(&self, _r: Request<Qos>) -> Reply<AdminResponse> {
-        unimplemented()
+    async fn upsert_qos(&self, r: Request<Qos>) -> Reply<AdminResponse> {
+        self.enter("upsert_qos", "")?;
+        let q = r.into_inner();
+        self.cluster
+            .lock()
+            .expect("lock")
+            .qos
+            .insert(q.name.clone(), q);
+        Ok(Response::new(AdminResponse { log_index: 1 }))
     }
     async fn list_qos(&self, _r: Request<ListQosRequest>) -> Reply<ListQosResponse> {
-        unimplemented()
+        self.enter("list_qos", "")?;
+        let qos = self
+            .cluster
+            .lock()
+            .expect("lock")
+            .qos
+            .values()
+            .cloned()
+            .collect();
+        Ok(Response::new(ListQosResponse { qos }))
     }
-    async fn upsert_account(&self, _r: Request<Account>) -> Reply<AdminResponse> {
-        unimplemented()
+    async fn upsert_account(&self, r: Request<Account>) -> Reply<AdminResponse> {
+        self.enter("upsert_account", "")?;
+        let a = r.into_inner();
+        self.cluster
+            .lock()
+            .expect("lock")
+            .accounts
+            .insert(a.name.clone(), a);
+        Ok(Response::new(AdminResponse { log_index: 1 }))
     }
     async fn list_accounts(&self, _r: Request<ListAccountsRequest>) -> Reply<ListAccountsResponse> {
-        unimplemented()
+        self.enter("list_accounts", "")?;
+        let accounts = self
+            .cluster
+            .lock()
+            .expect("lock")
+            .accounts
+            .values()
+            .cloned()
+            .collect();
+        Ok(Response::new(ListAccountsResponse { accounts }))
     }
     async fn upsert_partition(&self, _r: Request<Partition>) -> Reply<AdminResponse> {
         unimplemented()
@@ -239,22 +308,94 @@ impl BerthApi for FakeNode {
         &self,
         _r: Request<ListPartitionsRequest>,
     ) -> Reply<ListPartitionsResponse> {
-        unimplemented()
+        self.enter("list_partitions", "")?;
+        let partitions = self.cluster.lock().expect("lock").partitions.clone();
+        Ok(Response::new(ListPartitionsResponse { partitions }))
     }
-    async fn control_job(&self, _r: Request<ControlJobRequest>) -> Reply<ControlJobResponse> {
-        unimplemented()
+    async fn control_job(&self, r: Request<ControlJobRequest>) -> Reply<ControlJobResponse> {
+        self.enter("control_job", "")?;
+        let r = r.into_inner();
+        let mut jobs = self.jobs.lock().expect("lock");
+        let job = jobs
+            .jobs
+            .get_mut(&r.job_id)
+            .ok_or_else(|| Status::not_found(format!("job {} not found", r.job_id)))?;
+        use control_job_request::Action;
+        match Action::try_from(r.action) {
+            Ok(Action::Hold) => job.reason = "JobHeldUser".into(),
+            Ok(Action::HoldAdmin) => job.reason = "JobHeldAdmin".into(),
+            Ok(Action::Release) => job.reason = "Priority".into(),
+            Ok(Action::Requeue) | Ok(Action::RequeueHold) => {
+                job.state = JobState::Pending as i32;
+            }
+            Ok(Action::Signal) => {
+                if job.state != JobState::Running as i32 {
+                    return Err(Status::failed_precondition(format!(
+                        "job {} is not running: only a running job can be signalled",
+                        r.job_id
+                    )));
+                }
+                jobs.signals.push((r.job_id, r.signal, r.batch_only));
+            }
+            _ => return Err(Status::invalid_argument("no action")),
+        }
+        Ok(Response::new(ControlJobResponse {}))
     }
-    async fn upsert_user(&self, _r: Request<User>) -> Reply<AdminResponse> {
-        unimplemented()
+    async fn update_job(&self, r: Request<UpdateJobRequest>) -> Reply<UpdateJobResponse> {
+        self.enter("update_job", "")?;
+        let r = r.into_inner();
+        let mut jobs = self.jobs.lock().expect("lock");
+        let job = jobs
+            .jobs
+            .get_mut(&r.job_id)
+            .ok_or_else(|| Status::not_found(format!("job {} does not exist", r.job_id)))?;
+        if job.state != JobState::Pending as i32 {
+            return Err(Status::failed_precondition(format!(
+                "job {} is no longer pending execution: only TimeLimit can change while it runs",
+                r.job_id
+            )));
+        }
+        let mut changes = Vec::new();
+        if let (Some(spec), Some(t)) = (job.spec.as_mut(), r.time_limit_s) {
+            changes.push(format!("TimeLimit {} -> {t}", spec.time_limit_s));
+            spec.time_limit_s = t;
+        }
+        jobs.updates.push(r);
+        Ok(Response::new(UpdateJobResponse { changes }))
+    }
+    async fn upsert_user(&self, r: Request<User>) -> Reply<AdminResponse> {
+        self.enter("upsert_user", "")?;
+        let u = r.into_inner();
+        self.cluster
+            .lock()
+            .expect("lock")
+            .users
+            .insert(u.name.clone(), u);
+        Ok(Response::new(AdminResponse { log_index: 1 }))
     }
     async fn list_users(&self, _r: Request<ListUsersRequest>) -> Reply<ListUsersResponse> {
-        unimplemented()
+        self.enter("list_users", "")?;
+        let users = self
+            .cluster
+            .lock()
+            .expect("lock")
+            .users
+            .values()
+            .cloned()
+            .collect();
+        Ok(Response::new(ListUsersResponse { users }))
     }
-    async fn delete_qos(&self, _r: Request<DeletePolicyRequest>) -> Reply<AdminResponse> {
-        unimplemented()
+    async fn delete_qos(&self, r: Request<DeletePolicyRequest>) -> Reply<AdminResponse> {
+        self.enter("delete_qos", "")?;
+        let name = r.into_inner().name;
+        self.cluster.lock().expect("lock").qos.remove(&name);
+        Ok(Response::new(AdminResponse { log_index: 1 }))
     }
-    async fn delete_account(&self, _r: Request<DeletePolicyRequest>) -> Reply<AdminResponse> {
-        unimplemented()
+    async fn delete_account(&self, r: Request<DeletePolicyRequest>) -> Reply<AdminResponse> {
+        self.enter("delete_account", "")?;
+        let name = r.into_inner().name;
+        self.cluster.lock().expect("lock").accounts.remove(&name);
+        Ok(Response::new(AdminResponse { log_index: 1 }))
     }
     async fn delete_partition(&self, _r: Request<DeletePolicyRequest>) -> Reply<AdminResponse> {
         unimplemented()

@@ -321,7 +321,7 @@ pub async fn delete_partition<S: BerthApi>(
     }))
 }
 
-/// `GET /v1/reservations` (the service answers UNIMPLEMENTED today: 501).
+/// `GET /v1/reservations`.
 pub async fn list_reservations<S: BerthApi>(
     State(st): St<S>,
     headers: HeaderMap,

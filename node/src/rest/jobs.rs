@@ -1,4 +1,4 @@
-//! Job routes: submit, list, read, cancel, hold/release/requeue, explain
+//! Job routes: submit, list, read, cancel, hold/release/requeue, signal, explain
 //! and events, each one call of the gRPC service.
 
 use std::sync::Arc;
@@ -10,14 +10,16 @@ use axum::Json;
 use berth_proto::api::berth_api_server::BerthApi;
 use berth_proto::api::{
     control_job_request::Action, CancelJobRequest, ControlJobRequest, ExplainJobRequest,
-    GetJobRequest, Job, ListJobsRequest, ListPartitionsRequest, WatchJobEventsRequest,
+    GetJobRequest, GetPrioritiesRequest, Job, ListJobsRequest, ListPartitionsRequest,
+    WatchJobEventsRequest,
 };
 use futures::StreamExt;
 
 use super::json::{
     parse_states, state_name, CancelJobResponseJson, ControlJobResponseJson, EventsQuery,
     ExplainJson, GetJobQuery, HoldJson, JobEventJson, JobEventsJson, JobJson, JobListJson,
-    ListJobsQuery, ReleaseJson, RequeueJson, SubmitJobJson, SubmitJobResponseJson,
+    ListJobsQuery, PrioritiesQuery, PriorityJson, PriorityListJson, ReleaseJson, RequeueJson,
+    SignalJson, SubmitJobJson, SubmitJobResponseJson, UpdateJobJson, UpdateJobResponseJson,
 };
 use super::{grpc_request, JobId, JsonBody, QueryOf, RestError, RestState};
 use crate::api_service::LIST_JOBS_MAX;
@@ -77,6 +79,7 @@ pub async fn list<S: BerthApi>(
                     user: query.user.unwrap_or_default(),
                     stale: query.stale.unwrap_or(false),
                     limit,
+                    ..Default::default()
                 },
             ))
             .await
@@ -98,6 +101,7 @@ pub async fn list<S: BerthApi>(
                 user: query.user.unwrap_or_default(),
                 stale: query.stale.unwrap_or(false),
                 limit: 0,
+                ..Default::default()
             },
         ))
         .await
@@ -176,7 +180,13 @@ pub async fn cancel<S: BerthApi>(
 ) -> Result<Json<CancelJobResponseJson>, RestError> {
     let answer = st
         .api
-        .cancel_job(grpc_request(&headers, CancelJobRequest { job_id }))
+        .cancel_job(grpc_request(
+            &headers,
+            CancelJobRequest {
+                job_id,
+                only_task: false,
+            },
+        ))
         .await
         .map_err(|s| st.error(s))?
         .into_inner();
@@ -193,15 +203,27 @@ async fn control<S: BerthApi>(
     action: Action,
     admin: bool,
 ) -> Result<Json<ControlJobResponseJson>, RestError> {
+    send_control(
+        st,
+        headers,
+        ControlJobRequest {
+            job_id,
+            action: action as i32,
+            admin,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+async fn send_control<S: BerthApi>(
+    st: &RestState<S>,
+    headers: &HeaderMap,
+    request: ControlJobRequest,
+) -> Result<Json<ControlJobResponseJson>, RestError> {
+    let (job_id, action) = (request.job_id, request.action());
     st.api
-        .control_job(grpc_request(
-            headers,
-            ControlJobRequest {
-                job_id,
-                action: action as i32,
-                admin,
-            },
-        ))
+        .control_job(grpc_request(headers, request))
         .await
         .map_err(|s| st.error(s))?;
     Ok(Json(ControlJobResponseJson {
@@ -251,6 +273,50 @@ pub async fn requeue<S: BerthApi>(
     control(&st, &headers, job_id, action, false).await
 }
 
+/// `PATCH /v1/jobs/{id}`, body `{"time_limit_s": 300, "name": "x", ...}`:
+/// `scontrol update`.
+pub async fn update<S: BerthApi>(
+    State(st): St<S>,
+    headers: HeaderMap,
+    JobId(job_id): JobId,
+    JsonBody(body): JsonBody<UpdateJobJson>,
+) -> Result<Json<UpdateJobResponseJson>, RestError> {
+    let answer = st
+        .api
+        .update_job(grpc_request(&headers, body.into_request(job_id)))
+        .await
+        .map_err(|s| st.error(s))?
+        .into_inner();
+    Ok(Json(UpdateJobResponseJson {
+        job_id,
+        changes: answer.changes,
+    }))
+}
+
+/// `POST /v1/jobs/{id}/signal`, body `{"signal": "USR1", "batch_only":
+/// false}`: the running job gets the signal and goes on running.
+pub async fn signal<S: BerthApi>(
+    State(st): St<S>,
+    headers: HeaderMap,
+    JobId(job_id): JobId,
+    JsonBody(body): JsonBody<SignalJson>,
+) -> Result<Json<ControlJobResponseJson>, RestError> {
+    let signal = berth_scheduler::signal::parse_signal(&body.signal)
+        .map_err(|e| st.error(tonic::Status::invalid_argument(e)))?;
+    send_control(
+        &st,
+        &headers,
+        ControlJobRequest {
+            job_id,
+            action: Action::Signal as i32,
+            admin: false,
+            signal,
+            batch_only: body.batch_only,
+        },
+    )
+    .await
+}
+
 /// `GET /v1/jobs/{id}/explain`.
 pub async fn explain<S: BerthApi>(
     State(st): St<S>,
@@ -293,4 +359,43 @@ pub async fn events<S: BerthApi>(
         events.push(JobEventJson::from(event.map_err(|s| st.error(s))?));
     }
     Ok(Json(JobEventsJson { job_id, events }))
+}
+
+/// `GET /v1/priorities`: pending jobs' priority parts at the leader's last
+/// pass (GetPriorities).
+pub async fn priorities<S: BerthApi>(
+    State(st): St<S>,
+    headers: HeaderMap,
+    QueryOf(query): QueryOf<PrioritiesQuery>,
+) -> Result<Json<PriorityListJson>, RestError> {
+    let mut job_ids = Vec::new();
+    for text in query.job.as_deref().unwrap_or("").split(',') {
+        let text = text.trim();
+        if text.is_empty() {
+            continue;
+        }
+        match text.parse::<u64>() {
+            Ok(id) if id > 0 => job_ids.push(id),
+            _ => {
+                return Err(RestError::invalid(format!(
+                    "job \"{text}\": expected a positive job id"
+                )))
+            }
+        }
+    }
+    let answer = st
+        .api
+        .get_priorities(grpc_request(
+            &headers,
+            GetPrioritiesRequest {
+                job_ids,
+                user: query.user.unwrap_or_default(),
+            },
+        ))
+        .await
+        .map_err(|s| st.error(s))?
+        .into_inner();
+    Ok(Json(PriorityListJson {
+        jobs: answer.jobs.into_iter().map(PriorityJson::from).collect(),
+    }))
 }

@@ -82,6 +82,58 @@ pub struct JobSpecJson {
     pub hold: bool,
     pub nice: i32,
     pub comment: String,
+    pub dependency: String,
+    pub begin_ms: u64,
+    pub exclusive: bool,
+    pub features: Vec<String>,
+    pub reservation: String,
+    pub preemptible: bool,
+    pub array: String,
+    pub array_job_id: u64,
+    pub array_task_id: u32,
+    pub array_task_count: u32,
+    pub array_task_min: u32,
+    pub array_task_max: u32,
+    pub array_max_running: u32,
+    pub warn_signal: u32,
+    pub warn_signal_before_s: u32,
+    pub warn_signal_batch_only: bool,
+    pub alternatives: Vec<ResourceSetJson>,
+}
+
+/// One alternative resource set (the proto's `ResourceSet`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResourceSetJson {
+    pub gres: Vec<String>,
+    pub cpus: u32,
+    pub mem_mb: u64,
+    pub nodes: u32,
+    pub partition: String,
+}
+
+impl From<api::ResourceSet> for ResourceSetJson {
+    fn from(a: api::ResourceSet) -> Self {
+        ResourceSetJson {
+            gres: a.gres,
+            cpus: a.cpus,
+            mem_mb: a.mem_mb,
+            nodes: a.nodes,
+            partition: a.partition,
+        }
+    }
+}
+
+impl From<ResourceSetJson> for api::ResourceSet {
+    fn from(a: ResourceSetJson) -> Self {
+        api::ResourceSet {
+            gres: a.gres,
+            cpus: a.cpus,
+            mem_mb: a.mem_mb,
+            nodes: a.nodes,
+            partition: a.partition,
+        }
+    }
 }
 
 impl From<api::JobSpec> for JobSpecJson {
@@ -106,6 +158,23 @@ impl From<api::JobSpec> for JobSpecJson {
             hold: s.hold,
             nice: s.nice,
             comment: s.comment,
+            dependency: s.dependency,
+            begin_ms: s.begin_ms,
+            exclusive: s.exclusive,
+            features: s.features,
+            reservation: s.reservation,
+            preemptible: s.preemptible,
+            array: s.array,
+            array_job_id: s.array_job_id,
+            array_task_id: s.array_task_id,
+            array_task_count: s.array_task_count,
+            array_task_min: s.array_task_min,
+            array_task_max: s.array_task_max,
+            array_max_running: s.array_max_running,
+            warn_signal: s.warn_signal,
+            warn_signal_before_s: s.warn_signal_before_s,
+            warn_signal_batch_only: s.warn_signal_batch_only,
+            alternatives: s.alternatives.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -137,6 +206,21 @@ pub struct SubmitJobJson {
     pub hold: bool,
     pub nice: i32,
     pub comment: String,
+    pub dependency: String,
+    pub begin_ms: u64,
+    pub exclusive: bool,
+    pub features: Vec<String>,
+    pub reservation: String,
+    pub preemptible: bool,
+    /// Job array indexes with an optional %max ("0-15%4").
+    pub array: String,
+    /// `--signal`: Linux signal number (0 = none), seconds before the
+    /// time limit, batch shell only.
+    pub warn_signal: u32,
+    pub warn_signal_before_s: u32,
+    pub warn_signal_batch_only: bool,
+    /// Alternative resource sets, tried in order (`--alt`).
+    pub alternatives: Vec<ResourceSetJson>,
 }
 
 impl From<SubmitJobJson> for api::SubmitJobRequest {
@@ -163,6 +247,18 @@ impl From<SubmitJobJson> for api::SubmitJobRequest {
                 hold: s.hold,
                 nice: s.nice,
                 comment: s.comment,
+                dependency: s.dependency,
+                begin_ms: s.begin_ms,
+                exclusive: s.exclusive,
+                features: s.features,
+                reservation: s.reservation,
+                preemptible: s.preemptible,
+                array: s.array,
+                warn_signal: s.warn_signal,
+                warn_signal_before_s: s.warn_signal_before_s,
+                warn_signal_batch_only: s.warn_signal_batch_only,
+                alternatives: s.alternatives.into_iter().map(Into::into).collect(),
+                ..Default::default()
             }),
         }
     }
@@ -200,6 +296,15 @@ pub struct JobJson {
     pub exit_signal: i32,
     pub alloc_id: u64,
     pub priority: u64,
+    /// On borrowed (idle-fill) capacity; false until idle-fill exists.
+    #[serde(default)]
+    pub borrowed: bool,
+    /// A pending job's predicted start from the last pass; 0 for none.
+    #[serde(default)]
+    pub predicted_start_ms: u64,
+    /// The alternative resource set its run got, 1-based; 0 = none.
+    #[serde(default)]
+    pub alternative: u32,
 }
 
 impl From<api::Job> for JobJson {
@@ -218,6 +323,9 @@ impl From<api::Job> for JobJson {
             exit_signal: j.exit_signal,
             alloc_id: j.alloc_id,
             priority: j.priority,
+            borrowed: j.borrowed,
+            predicted_start_ms: j.predicted_start_ms,
+            alternative: j.alternative,
         }
     }
 }
@@ -227,6 +335,58 @@ pub struct JobListJson {
     pub jobs: Vec<JobJson>,
     /// True when more jobs matched than were returned.
     pub truncated: bool,
+}
+
+/// `GET /v1/priorities` query parameters.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrioritiesQuery {
+    /// Job ids separated by commas; none: every pending job.
+    pub job: Option<String>,
+    pub user: Option<String>,
+}
+
+/// One pending job's priority and its weighted parts (sprio).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PriorityJson {
+    pub job_id: u64,
+    pub user: String,
+    pub account: String,
+    pub partition: String,
+    pub priority: i64,
+    pub site: i64,
+    pub age: i64,
+    pub assoc: i64,
+    pub fairshare: i64,
+    pub job_size: i64,
+    pub partition_factor: i64,
+    pub qos: i64,
+    pub nice: i64,
+}
+
+impl From<api::PriorityFactors> for PriorityJson {
+    fn from(p: api::PriorityFactors) -> Self {
+        PriorityJson {
+            job_id: p.job_id,
+            user: p.user,
+            account: p.account,
+            partition: p.partition,
+            priority: p.total,
+            site: p.site,
+            age: p.age,
+            assoc: p.assoc,
+            fairshare: p.fairshare,
+            job_size: p.jobsize,
+            partition_factor: p.partition_factor,
+            qos: p.qos,
+            nice: p.nice,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PriorityListJson {
+    pub jobs: Vec<PriorityJson>,
 }
 
 /// `GET /v1/jobs` query parameters.
@@ -285,6 +445,57 @@ pub struct ReleaseJson {
 #[serde(deny_unknown_fields, default)]
 pub struct RequeueJson {
     pub hold: bool,
+}
+
+/// `PATCH /v1/jobs/{id}` (`scontrol update`): each key given replaces the
+/// job's value; unknown keys are refused.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpdateJobJson {
+    pub time_limit_s: Option<u64>,
+    pub partitions: Option<Vec<String>>,
+    pub qos: Option<String>,
+    pub nice: Option<i32>,
+    pub dependency: Option<String>,
+    pub begin_ms: Option<u64>,
+    pub name: Option<String>,
+    pub comment: Option<String>,
+    pub features: Option<Vec<String>>,
+}
+
+impl UpdateJobJson {
+    pub fn into_request(self, job_id: u64) -> api::UpdateJobRequest {
+        api::UpdateJobRequest {
+            job_id,
+            time_limit_s: self.time_limit_s,
+            set_partitions: self.partitions.is_some(),
+            partitions: self.partitions.unwrap_or_default(),
+            qos: self.qos,
+            nice: self.nice,
+            dependency: self.dependency,
+            begin_ms: self.begin_ms,
+            name: self.name,
+            comment: self.comment,
+            set_features: self.features.is_some(),
+            features: self.features.unwrap_or_default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpdateJobResponseJson {
+    pub job_id: u64,
+    pub changes: Vec<String>,
+}
+
+/// `POST /v1/jobs/{id}/signal`: a signal name (`USR1`, `SIGUSR1`) or
+/// number, and whether only the batch shell gets it.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignalJson {
+    pub signal: String,
+    #[serde(default)]
+    pub batch_only: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -553,6 +764,9 @@ pub struct QosJson {
     pub flags: Vec<String>,
     pub usage_factor: Option<f64>,
     pub usage_threshold: Option<f64>,
+    pub preempt_mode: String,
+    pub preempt_exempt_time_s: Option<u64>,
+    pub idle_fill_preemptable: bool,
 }
 
 impl From<api::Qos> for QosJson {
@@ -568,6 +782,9 @@ impl From<api::Qos> for QosJson {
             flags: q.flags,
             usage_factor: q.usage_factor,
             usage_threshold: q.usage_threshold,
+            preempt_mode: q.preempt_mode,
+            preempt_exempt_time_s: q.preempt_exempt_time_s,
+            idle_fill_preemptable: q.idle_fill_preemptable,
         }
     }
 }
@@ -585,6 +802,9 @@ impl From<QosJson> for api::Qos {
             flags: q.flags,
             usage_factor: q.usage_factor,
             usage_threshold: q.usage_threshold,
+            preempt_mode: q.preempt_mode,
+            preempt_exempt_time_s: q.preempt_exempt_time_s,
+            idle_fill_preemptable: q.idle_fill_preemptable,
         }
     }
 }
@@ -678,6 +898,8 @@ pub struct PartitionJson {
     pub max_nodes: Option<u32>,
     pub min_nodes: Option<u32>,
     pub priority_job_factor: u32,
+    pub preempt_mode: String,
+    pub reserve_all_alternatives: bool,
 }
 
 impl From<api::Partition> for PartitionJson {
@@ -692,6 +914,8 @@ impl From<api::Partition> for PartitionJson {
             max_nodes: p.max_nodes,
             min_nodes: p.min_nodes,
             priority_job_factor: p.priority_job_factor,
+            preempt_mode: p.preempt_mode,
+            reserve_all_alternatives: p.reserve_all_alternatives,
         }
     }
 }
@@ -708,6 +932,8 @@ impl From<PartitionJson> for api::Partition {
             max_nodes: p.max_nodes,
             min_nodes: p.min_nodes,
             priority_job_factor: p.priority_job_factor,
+            preempt_mode: p.preempt_mode,
+            reserve_all_alternatives: p.reserve_all_alternatives,
         }
     }
 }

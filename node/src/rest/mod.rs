@@ -45,11 +45,14 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/jobs"),
     ("GET", "/v1/jobs/{id}"),
     ("DELETE", "/v1/jobs/{id}"),
+    ("PATCH", "/v1/jobs/{id}"),
     ("POST", "/v1/jobs/{id}/hold"),
     ("POST", "/v1/jobs/{id}/release"),
     ("POST", "/v1/jobs/{id}/requeue"),
+    ("POST", "/v1/jobs/{id}/signal"),
     ("GET", "/v1/jobs/{id}/explain"),
     ("GET", "/v1/jobs/{id}/events"),
+    ("GET", "/v1/priorities"),
     ("GET", "/v1/hosts"),
     ("GET", "/v1/cluster"),
     ("GET", "/v1/qos"),
@@ -111,13 +114,17 @@ pub fn router<S: BerthApi>(api: Arc<S>, leader: LeaderHint) -> Router {
         .route("/v1/jobs", post(jobs::submit::<S>).get(jobs::list::<S>))
         .route(
             "/v1/jobs/{id}",
-            get(jobs::get_one::<S>).delete(jobs::cancel::<S>),
+            get(jobs::get_one::<S>)
+                .delete(jobs::cancel::<S>)
+                .patch(jobs::update::<S>),
         )
         .route("/v1/jobs/{id}/hold", post(jobs::hold::<S>))
         .route("/v1/jobs/{id}/release", post(jobs::release::<S>))
         .route("/v1/jobs/{id}/requeue", post(jobs::requeue::<S>))
+        .route("/v1/jobs/{id}/signal", post(jobs::signal::<S>))
         .route("/v1/jobs/{id}/explain", get(jobs::explain::<S>))
         .route("/v1/jobs/{id}/events", get(jobs::events::<S>))
+        .route("/v1/priorities", get(jobs::priorities::<S>))
         .route("/v1/hosts", get(admin::hosts::<S>))
         .route("/v1/cluster", get(admin::cluster::<S>))
         .route("/v1/qos", get(admin::list_qos::<S>))

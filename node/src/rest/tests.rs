@@ -77,6 +77,27 @@ impl BerthApi for Fake {
     ) -> Result<Response<ControlJobResponse>, Status> {
         self.answer(ControlJobResponse {})
     }
+    async fn update_job(
+        &self,
+        request: tonic::Request<UpdateJobRequest>,
+    ) -> Result<Response<UpdateJobResponse>, Status> {
+        // Echoes what would change, so a test sees the body's mapping.
+        let r = request.into_inner();
+        let mut changes = Vec::new();
+        if let Some(t) = r.time_limit_s {
+            changes.push(format!("time_limit_s={t}"));
+        }
+        if r.set_partitions {
+            changes.push(format!("partitions={}", r.partitions.join(",")));
+        }
+        if let Some(n) = r.nice {
+            changes.push(format!("nice={n}"));
+        }
+        if let Some(name) = r.name {
+            changes.push(format!("name={name}"));
+        }
+        self.answer(UpdateJobResponse { changes })
+    }
     async fn get_job(
         &self,
         request: tonic::Request<GetJobRequest>,
@@ -94,6 +115,29 @@ impl BerthApi for Fake {
         self.answer(ListJobsResponse {
             jobs: vec![named_job(1), in_gpu, named_job(3)],
             truncated: false,
+        })
+    }
+    async fn get_priorities(
+        &self,
+        request: tonic::Request<GetPrioritiesRequest>,
+    ) -> Result<Response<GetPrioritiesResponse>, Status> {
+        let req = request.into_inner();
+        self.answer(GetPrioritiesResponse {
+            jobs: vec![PriorityFactors {
+                job_id: req.job_ids.first().copied().unwrap_or(7),
+                user: if req.user.is_empty() {
+                    "alice".into()
+                } else {
+                    req.user
+                },
+                account: "proj".into(),
+                partition: "cpu".into(),
+                total: 45,
+                age: 3,
+                site: 40,
+                nice: 2,
+                ..Default::default()
+            }],
         })
     }
     async fn explain_job(
@@ -343,7 +387,13 @@ async fn every_route_is_served_and_documented_and_nothing_else() {
     let paths: BTreeSet<&str> = ROUTES.iter().map(|(_, p)| *p).collect();
     for path in paths {
         for method in ["GET", "POST", "PUT", "DELETE", "PATCH"] {
-            let (status, _, body) = send(&app, method, &concrete(path), "{}").await;
+            // The one route whose body has a required key.
+            let request = if path.ends_with("/signal") {
+                r#"{"signal":"USR1"}"#
+            } else {
+                "{}"
+            };
+            let (status, _, body) = send(&app, method, &concrete(path), request).await;
             if listed.contains(&(method.to_string(), path.to_string())) {
                 assert!(status.is_success(), "{method} {path}: {status} {body}");
             } else {
@@ -371,6 +421,10 @@ fn openapi_schemas_match_the_json_types() {
         (
             "SubmitJob",
             serde_json::to_value(SubmitJobJson::default()).expect("json"),
+        ),
+        (
+            "ResourceSet",
+            serde_json::to_value(ResourceSetJson::default()).expect("json"),
         ),
         (
             "Job",
@@ -431,6 +485,10 @@ fn openapi_schemas_match_the_json_types() {
         (
             "ControlJobResponse",
             serde_json::to_value(ControlJobResponseJson::default()).expect("json"),
+        ),
+        (
+            "UpdateJobResponse",
+            serde_json::to_value(UpdateJobResponseJson::default()).expect("json"),
         ),
     ];
     for (name, value) in checks {
@@ -679,4 +737,69 @@ fn the_method_list_uses_known_methods() {
     for (method, _) in ROUTES {
         assert!(Method::from_bytes(method.as_bytes()).is_ok(), "{method}");
     }
+}
+
+#[tokio::test]
+async fn priorities_are_listed_with_their_parts() {
+    let app = app(Fake::default());
+    let (status, _, body) = send(&app, "GET", "/v1/priorities?job=12&user=bob", "").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        serde_json::json!({"jobs": [{
+            "job_id": 12, "user": "bob", "account": "proj", "partition": "cpu",
+            "priority": 45, "site": 40, "age": 3, "assoc": 0, "fairshare": 0,
+            "job_size": 0, "partition_factor": 0, "qos": 0, "nice": 2
+        }]})
+    );
+    let (status, _, e) = send(&app, "GET", "/v1/priorities?job=1,x", "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(e["message"], "job \"x\": expected a positive job id");
+    let (status, _, e) = send(&app, "GET", "/v1/priorities?jobs=1", "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        e["message"].as_str().unwrap_or_default().contains("jobs"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn update_maps_the_body_and_refuses_unknown_keys() {
+    let app = app(Fake::default());
+    let (status, _, answer) = send(
+        &app,
+        "PATCH",
+        "/v1/jobs/7",
+        r#"{"time_limit_s":300,"partitions":["a","b"],"nice":5,"name":"x"}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["job_id"], 7);
+    assert_eq!(
+        answer["changes"],
+        serde_json::json!(["time_limit_s=300", "partitions=a,b", "nice=5", "name=x"])
+    );
+    let (status, _, error) = send(&app, "PATCH", "/v1/jobs/7", r#"{"timelimit":300}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(
+        error.to_string().contains("timelimit"),
+        "the error names the key: {error}"
+    );
+}
+
+#[tokio::test]
+async fn signal_takes_a_name_or_number_and_refuses_others() {
+    let app = app(Fake::default());
+    let (status, _, answer) = send(
+        &app,
+        "POST",
+        "/v1/jobs/7/signal",
+        r#"{"signal":"SIGUSR1","batch_only":true}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["action"], "SIGNAL");
+    let (status, _, error) = send(&app, "POST", "/v1/jobs/7/signal", r#"{"signal":"NOPE"}"#).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
+    assert!(error.to_string().contains("NOPE"), "{error}");
 }

@@ -1,11 +1,12 @@
 //! Hold, release and requeue (Slurm's `scontrol hold|release|requeue`),
+//! signals to a running job (`scancel --signal`),
 //! and the way back to the queue that a requeue, or a NODE_FAIL of a job
 //! that allows requeueing, takes. Automatic requeues are bounded: past
 //! [`AUTO_REQUEUES_MAX`] the job is held with a reason instead.
 
 use berth_scheduler::{JobId, JobState};
 
-use super::{Dirty, SmState};
+use super::{Dirty, SignalRequest, SmState, SIGNALS_PER_JOB_MAX};
 use crate::command::{JobAction, Response};
 
 /// Automatic requeues (after NODE_FAIL) a job may take; the next one holds
@@ -78,27 +79,67 @@ impl SmState {
                 }
                 _ => {
                     record.job.spec.hold |= hold;
-                    self.back_to_queue(job_id, "requeued", false, now_ms, dirty);
+                    self.back_to_queue(job_id, "requeued", false, true, now_ms, dirty);
                     return Response::JobControlled;
                 }
             },
+            JobAction::Signal { signal, batch_only } => {
+                if !berth_scheduler::signal::signal_known(signal) {
+                    return Response::Rejected {
+                        reason: format!("signal {signal} is not a signal: expected 1 to 31"),
+                    };
+                }
+                // Slurm refuses to signal a job that has no processes yet.
+                let Some(alloc_id) = record.job.alloc.as_ref().map(|a| a.alloc_id) else {
+                    return refuse("only a running job can be signalled");
+                };
+                if state != JobState::Running {
+                    return refuse("only a running job can be signalled");
+                }
+                record.signals_total += 1;
+                if record.signals.len() >= SIGNALS_PER_JOB_MAX {
+                    record.signals.remove(0);
+                }
+                record.signals.push(SignalRequest {
+                    seq: record.signals_total,
+                    alloc_id,
+                    signal,
+                    batch_only,
+                });
+                let to = if batch_only {
+                    "its batch shell"
+                } else {
+                    "all its processes"
+                };
+                record.push_event(
+                    now_ms,
+                    "signal",
+                    format!(
+                        "Signal SIG{} requested for {to}",
+                        berth_scheduler::signal::signal_name(signal)
+                    ),
+                );
+            }
         }
         dirty.jobs.insert(job_id);
         Response::JobControlled
     }
 
     /// Puts a started or finished job back in the queue with the same id.
-    /// `automatic` requeues count against [`AUTO_REQUEUES_MAX`].
+    /// `automatic` requeues count against [`AUTO_REQUEUES_MAX`];
+    /// `spend_restart` is false for an eviction (preemption, reclaim),
+    /// which spends none of the job's restart budget.
     pub(super) fn back_to_queue(
         &mut self,
         job_id: JobId,
         why: &str,
         automatic: bool,
+        spend_restart: bool,
         now_ms: u64,
         dirty: &mut Dirty,
     ) {
         if self.running.contains(&job_id) {
-            self.release_allocation(job_id, dirty);
+            self.release_allocation(job_id, now_ms, dirty);
         }
         let Some(record) = self.data.jobs.get_mut(&job_id) else {
             return;
@@ -110,7 +151,11 @@ impl SmState {
         record.job.exit_signal = 0;
         record.job.requeue_requested = false;
         record.job.time_limit_reached = false;
-        record.job.restarts = record.job.restarts.saturating_add(1);
+        record.job.evicted = None;
+        record.job.borrowed = false;
+        if spend_restart {
+            record.job.restarts = record.job.restarts.saturating_add(1);
+        }
         record.push_event(now_ms, "requeued", format!("Requeued ({why})"));
         if automatic && record.job.restarts > AUTO_REQUEUES_MAX {
             record.job.admin_hold = true;

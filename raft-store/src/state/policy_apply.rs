@@ -7,7 +7,10 @@
 use berth_scheduler::catalog::Catalog;
 use berth_scheduler::limits::{self, Charge, LimitRequest, SubmitCounts, Tally};
 use berth_scheduler::qos::{TresAmounts, TresKind, NORMAL_QOS};
-use berth_scheduler::{JobSpec, JobState, PendingJob, Placement, Qos, Shape, Snapshot};
+use berth_scheduler::usage::Usage;
+use berth_scheduler::{
+    EvictCause, Job, JobId, JobSpec, JobState, PendingJob, Placement, Qos, Shape, Snapshot,
+};
 
 use super::{Dirty, SmState};
 use crate::command::Response;
@@ -101,6 +104,7 @@ impl SmState {
             accounts: policy.accounts.values().cloned().collect(),
             users: policy.users.values().cloned().collect(),
             usage: self.data.usage.usage.clone(),
+            reservations: self.reservation_list(),
             ..Snapshot::default()
         }
     }
@@ -111,6 +115,17 @@ impl SmState {
     /// account and QOS, and the partition's default time limit when it
     /// asked for none (Slurm records all three at submit).
     pub(super) fn resolve_submit(&self, spec: &JobSpec) -> Result<JobSpec, String> {
+        self.resolve_spec(spec, None)
+    }
+
+    /// [`Self::resolve_submit`] for a spec that replaces job `exclude`'s
+    /// (`scontrol update`): that job does not count against its own
+    /// submit limits.
+    pub(super) fn resolve_spec(
+        &self,
+        spec: &JobSpec,
+        exclude: Option<berth_scheduler::JobId>,
+    ) -> Result<JobSpec, String> {
         let policy = &self.data.policy;
         if policy.is_empty() {
             return Ok(spec.clone());
@@ -119,12 +134,20 @@ impl SmState {
         if policy.has_submit_limits() {
             let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
             snapshot.pending = full.pending;
+            snapshot.pending.retain(|p| Some(p.id) != exclude);
             snapshot.running = full.running;
         }
         let catalog = Catalog::new(&snapshot);
         let job = pending_of(spec);
         let counts = SubmitCounts::new(&snapshot, &catalog);
-        limits::check_submit(&job, &catalog, &counts).map_err(|e| e.to_string())?;
+        // Each task of an array is a job against the submit limits, as in
+        // Slurm (a spec whose array text does not parse is refused later).
+        let new_jobs = if spec.array.is_empty() {
+            1
+        } else {
+            berth_scheduler::array::parse(&spec.array).map_or(1, |a| a.indexes.len() as u64)
+        };
+        limits::check_submit_jobs(&job, &catalog, &counts, new_jobs).map_err(|e| e.to_string())?;
         let mut resolved = spec.clone();
         let account = catalog.account_of(&spec.user, &spec.account);
         if let Some(a) = account {
@@ -177,6 +200,7 @@ impl SmState {
         &self,
         recheck: &mut Option<LimitRecheck>,
         placement: &Placement,
+        borrowed: bool,
     ) -> bool {
         let Some(rc) = recheck.as_mut() else {
             return true;
@@ -205,8 +229,19 @@ impl SmState {
             time_limit_s: spec.time_limit_s,
             hosts: Some(&hosts),
             fairshare: None,
-            has_reservation: false,
+            has_reservation: !spec.reservation.is_empty(),
         };
+        // A loan (idle-fill) passes every limit but its QOS node cap, and
+        // counts toward no quota aggregate, so it is not charged.
+        if borrowed {
+            return limits::check_lifting_qos_node_cap(
+                &request,
+                &catalog,
+                &rc.tally,
+                &rc.snapshot.usage,
+            )
+            .is_ok();
+        }
         if limits::check(&request, &catalog, &rc.tally, &rc.snapshot.usage).is_err() {
             return false;
         }
@@ -246,36 +281,71 @@ impl SmState {
             let Some(record) = self.data.jobs.get(id) else {
                 continue;
             };
-            let Some(alloc) = &record.job.alloc else {
-                continue;
-            };
-            if record.job.state != JobState::Running {
+            // A run on borrowed capacity is charged when it ends, and not
+            // at all when a reclaim ends it (idle-fill.txt), as the
+            // simulator does.
+            if record.job.state != JobState::Running || record.job.borrowed {
                 continue;
             }
-            let spec = &record.job.spec;
-            let account = catalog.account_of(&spec.user, &spec.account);
-            let qos = catalog.qos_name_of(&spec.qos, account);
-            let factor = catalog.qos(qos).map_or(1.0, |q| q.usage_factor);
-            let lineage = account
-                .map(|a| catalog.lineage(&a.name))
-                .unwrap_or_default();
-            let r = alloc.resources;
-            let mut tres = TresAmounts::default();
-            tres.set(TresKind::Node, 1);
-            tres.set(TresKind::Cpu, u64::from(r.cpus));
-            tres.set(TresKind::Mem, r.mem_mb);
-            tres.set(TresKind::Gpu, u64::from(r.gpus));
-            tres.set(TresKind::Emu, u64::from(r.emu));
-            usage.accrue(&lineage, qos, &tres, elapsed_s, factor);
+            accrue_run(&mut usage, &catalog, &record.job, elapsed_s);
         }
         self.data.usage.usage = usage;
     }
+
+    /// Charges a borrowed run that is ending, from its start to `now_ms`,
+    /// at once; a run a reclaim ends is never charged.
+    pub(super) fn charge_borrowed_run(&mut self, job_id: JobId, now_ms: u64) {
+        let Some(record) = self.data.jobs.get(&job_id) else {
+            return;
+        };
+        let job = &record.job;
+        let reclaimed = job
+            .evicted
+            .as_ref()
+            .is_some_and(|m| m.cause == EvictCause::Reclaim);
+        let Some(alloc) = &job.alloc else {
+            return;
+        };
+        if !job.borrowed || reclaimed || self.data.policy.accounts.is_empty() {
+            return;
+        }
+        let ran_s = now_ms.saturating_sub(alloc.start_ms) as f64 / 1000.0;
+        let snapshot = self.policy_snapshot();
+        let catalog = Catalog::new(&snapshot);
+        let mut usage = snapshot.usage.clone();
+        accrue_run(&mut usage, &catalog, job, ran_s);
+        self.data.usage.usage = usage;
+    }
+}
+
+/// Adds `elapsed_s` of `job`'s allocation to its account lineage and QOS.
+fn accrue_run(usage: &mut Usage, catalog: &Catalog<'_>, job: &Job, elapsed_s: f64) {
+    let Some(alloc) = &job.alloc else {
+        return;
+    };
+    let spec = &job.spec;
+    let account = catalog.account_of(&spec.user, &spec.account);
+    let qos = catalog.qos_name_of(&spec.qos, account);
+    let factor = catalog.qos(qos).map_or(1.0, |q| q.usage_factor);
+    let lineage = account
+        .map(|a| catalog.lineage(&a.name))
+        .unwrap_or_default();
+    let r = alloc.resources;
+    let mut tres = TresAmounts::default();
+    tres.set(TresKind::Node, 1);
+    tres.set(TresKind::Cpu, u64::from(r.cpus));
+    tres.set(TresKind::Mem, r.mem_mb);
+    tres.set(TresKind::Gpu, u64::from(r.gpus));
+    tres.set(TresKind::Emu, u64::from(r.emu));
+    usage.accrue(&lineage, qos, &tres, elapsed_s, factor);
 }
 
 /// A submitted spec as the scheduler sees a pending job.
 pub(super) fn pending_of(spec: &JobSpec) -> PendingJob {
     PendingJob {
         shape: spec.shape().unwrap_or_else(|_| Shape::one(spec.per_host())),
+        // Refused at submit when a set does not parse, so never stored so.
+        alternatives: spec.alternative_shapes().unwrap_or_default(),
         held: spec.hold,
         time_limit_s: spec.time_limit_s,
         user: spec.user.clone(),
@@ -283,6 +353,9 @@ pub(super) fn pending_of(spec: &JobSpec) -> PendingJob {
         qos: spec.qos.clone(),
         partitions: spec.partitions.clone(),
         nice: spec.nice,
+        begin_ms: spec.begin_ms,
+        reservation: spec.reservation.clone(),
+        preemptible: spec.preemptible,
         ..PendingJob::default()
     }
 }

@@ -30,6 +30,7 @@ fn register(state: &mut SmState, name: &str, cpus: u32) {
             inventory: Inventory::cpu_mem(cpus, 4096),
             agent_restarted: false,
             running_allocs: Vec::new(),
+            drain_reason: String::new(),
             now_ms: 1,
         },
         &mut dirty,
@@ -50,6 +51,8 @@ fn place(state: &mut SmState, job_id: JobId, host: &str, cpus: u32) -> Response 
                 partition: String::new(),
                 path: 0,
             }],
+            evictions: Vec::new(),
+            borrowed: Vec::new(),
         },
         &mut dirty,
     )
@@ -110,7 +113,8 @@ fn plan_is_rechecked_against_current_state() {
         place(&mut s, 1, "h1", 3),
         Response::PlanApplied {
             started: 1,
-            dropped: 0
+            dropped: 0,
+            evicted: 0
         }
     );
     // A second plan computed from a stale snapshot must not overcommit h1.
@@ -118,7 +122,8 @@ fn plan_is_rechecked_against_current_state() {
         place(&mut s, 2, "h1", 3),
         Response::PlanApplied {
             started: 0,
-            dropped: 1
+            dropped: 1,
+            evicted: 0
         }
     );
     // Nor start a job twice, nor place on an unknown host.
@@ -126,14 +131,16 @@ fn plan_is_rechecked_against_current_state() {
         place(&mut s, 1, "h1", 1),
         Response::PlanApplied {
             started: 0,
-            dropped: 1
+            dropped: 1,
+            evicted: 0
         }
     );
     assert_eq!(
         place(&mut s, 2, "nope", 3),
         Response::PlanApplied {
             started: 0,
-            dropped: 1
+            dropped: 1,
+            evicted: 0
         }
     );
     assert_eq!(s.data.hosts["h1"].allocated.cpus, 3);
@@ -213,6 +220,11 @@ fn cancel_running_job_leaves_assignment_set_then_ends_cancelled() {
         }
     );
     assert!(s.assignments_for("h1").is_empty());
+    // Still running until its agent reports it: listed as stopping, so an
+    // agent that never received it can say so.
+    let stopping: Vec<JobId> = s.stopping_on("h1").iter().map(|r| r.job.id).collect();
+    assert_eq!(stopping, vec![1]);
+    assert!(s.stopping_on("h2").is_empty());
     let alloc_id = s
         .job(1)
         .and_then(|r| r.job.alloc.clone())
@@ -231,6 +243,7 @@ fn cancel_running_job_leaves_assignment_set_then_ends_cancelled() {
         &mut dirty,
     );
     assert_eq!(s.job(1).map(|r| r.job.state), Some(JobState::Cancelled));
+    assert!(s.stopping_on("h1").is_empty());
     let again = s.apply(
         &Command::CancelJob {
             job_id: 1,
@@ -282,6 +295,7 @@ fn restarted_agent_loses_allocations_it_does_not_run() {
             inventory: Inventory::cpu_mem(4, 4096),
             agent_restarted: true,
             running_allocs: vec![kept],
+            drain_reason: String::new(),
             now_ms: 9,
         },
         &mut dirty,
@@ -421,6 +435,7 @@ fn gpu_jobs_get_distinct_devices_and_policy_limits_are_rechecked() {
             inventory,
             agent_restarted: false,
             running_allocs: Vec::new(),
+            drain_reason: String::new(),
             now_ms: 1,
         },
         &mut dirty,
@@ -498,6 +513,8 @@ fn gpu_jobs_get_distinct_devices_and_policy_limits_are_rechecked() {
             snapshot_index: 0,
             now_ms: 4,
             starts,
+            evictions: Vec::new(),
+            borrowed: Vec::new(),
         },
         &mut dirty,
     );
@@ -505,7 +522,8 @@ fn gpu_jobs_get_distinct_devices_and_policy_limits_are_rechecked() {
         r,
         Response::PlanApplied {
             started: 2,
-            dropped: 1
+            dropped: 1,
+            evicted: 0
         }
     );
     let devices = |id| {
@@ -689,4 +707,233 @@ fn event_sequence_numbers_survive_truncation() {
         .take(3)
         .collect();
     assert_eq!(seqs, vec![1, 2, 3]);
+}
+
+#[test]
+fn an_agent_drained_host_takes_no_work_until_it_registers_clean() {
+    let mut s = SmState::default();
+    let mut dirty = Dirty::default();
+    let registration = |drain_reason: &str| Command::RegisterHost {
+        name: "h1".into(),
+        inventory: Inventory::cpu_mem(4, 4096),
+        agent_restarted: false,
+        running_allocs: Vec::new(),
+        drain_reason: drain_reason.into(),
+        now_ms: 1,
+    };
+    let why = "declared 8 gpus of type h100, discovered 4 gpus of type h100";
+    assert_eq!(
+        s.apply(&registration(why), &mut dirty),
+        Response::HostRegistered
+    );
+    assert_eq!(s.data.hosts["h1"].drain_reason, why);
+    let snapshot = s.scheduler_snapshot(|_| HostState::Up);
+    assert_eq!(snapshot.hosts[0].state, HostState::Drain);
+    // Liveness still wins: a silent drained host is down.
+    let snapshot = s.scheduler_snapshot(|_| HostState::Down);
+    assert_eq!(snapshot.hosts[0].state, HostState::Down);
+
+    // A plan computed before the drain landed is refused where it lands.
+    let Response::Submitted { job_id, .. } = submit(&mut s, "r1", 1) else {
+        panic!("submit failed");
+    };
+    assert_eq!(
+        place(&mut s, job_id, "h1", 1),
+        Response::PlanApplied {
+            started: 0,
+            dropped: 1,
+            evicted: 0
+        }
+    );
+
+    // Registering without a reason lifts the drain; the job then fits.
+    assert_eq!(
+        s.apply(&registration(""), &mut dirty),
+        Response::HostRegistered
+    );
+    assert_eq!(
+        s.scheduler_snapshot(|_| HostState::Up).hosts[0].state,
+        HostState::Up
+    );
+    assert_eq!(
+        place(&mut s, job_id, "h1", 1),
+        Response::PlanApplied {
+            started: 1,
+            dropped: 0,
+            evicted: 0
+        }
+    );
+
+    // An over-long reason is refused and changes nothing.
+    let long = "x".repeat(HOST_DRAIN_REASON_BYTES_MAX + 1);
+    assert!(matches!(
+        s.apply(&registration(&long), &mut dirty),
+        Response::Rejected { reason } if reason.contains("drain reason")
+    ));
+    assert!(s.data.hosts["h1"].drain_reason.is_empty());
+}
+
+/// A job placed and then time-limited before its agent ever received the
+/// allocation: the agent reports it "stopped before it started" and it
+/// ends TIMEOUT, freeing its host, instead of running forever on paper.
+#[test]
+fn an_allocation_stopped_before_its_agent_saw_it_ends_on_the_agents_report() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    let mut dirty = Dirty::default();
+    s.apply(
+        &Command::SubmitJob {
+            request_id: "t".into(),
+            spec: JobSpec {
+                time_limit_s: 60,
+                ..spec("sleep 1000", 2)
+            },
+            now_ms: 0,
+        },
+        &mut dirty,
+    );
+    place(&mut s, 1, "h1", 2); // starts at 2_000 ms
+    let alloc_id = alloc_of(&s, 1);
+    s.apply(
+        &Command::TimeLimitReached {
+            allocations: vec![(1, alloc_id)],
+            now_ms: 62_000,
+        },
+        &mut dirty,
+    );
+    assert!(s.assignments_for("h1").is_empty());
+    assert_eq!(s.stopping_on("h1").len(), 1);
+    let r = s.apply(
+        &Command::JobExited {
+            job_id: 1,
+            alloc_id,
+            host: "h1".into(),
+            exit_code: 0,
+            signal: 0,
+            launch_error: "stopped before it started".into(),
+            now_ms: 62_100,
+        },
+        &mut dirty,
+    );
+    assert_eq!(r, Response::Report { accepted: true });
+    assert_eq!(s.job(1).map(|r| r.job.state), Some(JobState::Timeout));
+    assert!(s.stopping_on("h1").is_empty());
+    assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
+}
+
+#[test]
+fn a_signal_is_recorded_for_the_running_allocation_only() {
+    use crate::JobAction;
+    let usr1 = JobAction::Signal {
+        signal: 10,
+        batch_only: false,
+    };
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    submit(&mut s, "a", 1);
+    // Pending: nothing to signal, nothing recorded.
+    match control(&mut s, 1, usr1) {
+        Response::Rejected { reason } => assert_eq!(
+            reason,
+            "job 1 is pending: only a running job can be signalled"
+        ),
+        other => panic!("accepted: {other:?}"),
+    }
+    assert!(s.job(1).expect("job").signals.is_empty());
+    place(&mut s, 1, "h1", 1);
+    let alloc_id = s
+        .job(1)
+        .and_then(|r| r.job.alloc.as_ref())
+        .map(|a| a.alloc_id);
+    assert_eq!(control(&mut s, 1, usr1), Response::JobControlled);
+    assert_eq!(
+        control(
+            &mut s,
+            1,
+            JobAction::Signal {
+                signal: 12,
+                batch_only: true
+            }
+        ),
+        Response::JobControlled
+    );
+    // Not a signal at all.
+    assert!(matches!(
+        control(
+            &mut s,
+            1,
+            JobAction::Signal {
+                signal: 0,
+                batch_only: false
+            }
+        ),
+        Response::Rejected { .. }
+    ));
+    let record = s.job(1).expect("job");
+    assert_eq!(
+        record
+            .signals
+            .iter()
+            .map(|r| (r.seq, Some(r.alloc_id), r.signal, r.batch_only))
+            .collect::<Vec<_>>(),
+        vec![(1, alloc_id, 10, false), (2, alloc_id, 12, true)]
+    );
+    assert_eq!(
+        record.job.state,
+        JobState::Running,
+        "a signal is not a stop"
+    );
+    assert!(record
+        .events
+        .iter()
+        .any(|e| e.message == "Signal SIGUSR2 requested for its batch shell"));
+    // Still assigned: the agent keeps it running and sends the signals.
+    assert_eq!(s.assignments_for("h1").len(), 1);
+    // The bound keeps the newest.
+    for _ in 0..SIGNALS_PER_JOB_MAX {
+        control(&mut s, 1, usr1);
+    }
+    let record = s.job(1).expect("job");
+    assert_eq!(record.signals.len(), SIGNALS_PER_JOB_MAX);
+    assert_eq!(
+        record.signals.last().map(|r| r.seq),
+        Some(2 + SIGNALS_PER_JOB_MAX as u64)
+    );
+}
+
+#[test]
+fn submit_checks_the_warn_signal_fields() {
+    let check = |signal: u32, before_s: u32, batch_only: bool| {
+        validate_submit(
+            "r",
+            &JobSpec {
+                warn_signal: signal,
+                warn_signal_before_s: before_s,
+                warn_signal_batch_only: batch_only,
+                ..spec("true", 1)
+            },
+        )
+    };
+    assert!(check(10, 60, true).is_ok());
+    assert!(check(0, 0, false).is_ok());
+    assert!(check(40, 60, false)
+        .unwrap_err()
+        .contains("warn_signal 40 is not a signal"));
+    assert!(check(10, 70_000, false)
+        .unwrap_err()
+        .contains("warn_signal_before_s 70000 is more than 65535"));
+    assert!(check(0, 60, false).is_err());
+}
+
+#[test]
+fn a_spec_without_warn_signal_reads_and_writes_as_before() {
+    // Stored jobs from before command version 7 have no warn_signal keys.
+    let old = serde_json::to_value(spec("true", 1)).expect("json");
+    assert!(old.get("warn_signal").is_none());
+    let mut with = spec("true", 1);
+    with.warn_signal = 10;
+    with.warn_signal_before_s = 60;
+    let text = serde_json::to_string(&with).expect("json");
+    let back: JobSpec = serde_json::from_str(&text).expect("decodes");
+    assert_eq!(back, with);
 }

@@ -100,6 +100,7 @@ fn register(name: &str) -> Command {
         },
         agent_restarted: false,
         running_allocs: Vec::new(),
+        drain_reason: String::new(),
         now_ms: 5,
     }
 }
@@ -153,6 +154,8 @@ fn populated(dir: &Path, jobs: u64) -> StoreHandles {
                     snapshot_index: index - 1,
                     now_ms: 2_000,
                     starts: vec![placement(1, "h1", resources)],
+                    evictions: Vec::new(),
+                    borrowed: Vec::new(),
                 },
             ));
         }

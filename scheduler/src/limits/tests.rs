@@ -1093,6 +1093,39 @@ fn submit_counts_pending_and_running() {
 }
 
 #[test]
+fn an_array_counts_each_task_against_the_submit_limits() {
+    let mut snap = world();
+    snap.qos.push(qos("team", |q| {
+        q.limits.grp_submit_jobs = Some(6);
+        q.limits.max_submit_jobs_per_user = Some(4);
+    }));
+    snap.pending.push(pending("alice", "physics", "team"));
+    let catalog = Catalog::new(&snap);
+    let counts = SubmitCounts::new(&snap, &catalog);
+    let j = pending("alice", "physics", "team");
+    // 1 pending + 3 tasks fits alice's 4; 1 + 4 does not.
+    assert_eq!(check_submit_jobs(&j, &catalog, &counts, 3), Ok(()));
+    assert_eq!(
+        check_submit_jobs(&j, &catalog, &counts, 4)
+            .expect_err("per user")
+            .to_string(),
+        "job submit limit reached: jobs submitted by user alice 1 + 4 > 4 (QOS team MaxSubmitJobsPerUser)"
+    );
+    let b = pending("bob", "physics", "team");
+    assert_eq!(
+        check_submit_jobs(&b, &catalog, &counts, 6)
+            .expect_err("group")
+            .to_string(),
+        "job submit limit reached: jobs submitted 1 + 6 > 6 (QOS team GrpSubmitJobs)"
+    );
+    // 0 counts as the one job every submit makes.
+    assert_eq!(
+        check_submit_jobs(&j, &catalog, &counts, 0),
+        check_submit(&j, &catalog, &counts)
+    );
+}
+
+#[test]
 fn submit_counts_accounts_and_partition_qos() {
     let mut snap = world();
     snap.accounts[0].limits.grp_submit_jobs = Some(1);

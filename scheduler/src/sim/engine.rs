@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 
 use serde::Serialize;
 
+use super::multipath_log;
 use super::SimError;
 use crate::assoc::UserRecord;
 use crate::catalog::Catalog;
@@ -20,14 +21,19 @@ use crate::fit::fits;
 use crate::limits::{self, SubmitCounts};
 use crate::model::{Host, HostState, JobId, JobState, Resources};
 use crate::pass::{schedule, ArrayTask, PendingJob, Policy, RunningJob, Snapshot};
+use crate::preempt::{exempt_s, PreemptCounters};
 use crate::qos::{Qos, TresAmounts, TresKind};
 use crate::reason::Reason;
+use crate::resv;
 
 /// One submission.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SimJob {
     /// The scenario's name for it, echoed in the output.
     pub name: String,
+    /// Slurm's job name (`sbatch -J`), which `singleton` matches with the
+    /// user; an array's tasks share their array's.
+    pub job_name: String,
     pub submit_s: u64,
     /// The job as the pass sees it; the engine fills in its id, `held`,
     /// `submit_ms` and `dependency`.
@@ -44,6 +50,9 @@ pub struct SimJob {
     /// For a task of an array: the index of the array's first task, whose
     /// job id is the array's id, and the array's `%max` (0 = none).
     pub array_of: Option<(usize, u32)>,
+    /// Seconds it takes to exit once sent the stop signal when evicted,
+    /// bounded by the stop grace.
+    pub stop_takes_s: u64,
 }
 
 /// Something that happens at a time. Job lists are indices into the jobs
@@ -82,6 +91,8 @@ pub struct SimInput {
     pub until_s: Option<u64>,
     /// Write the event lines (scenarios) or only count (trace replay).
     pub emit_events: bool,
+    /// Stop signal to kill (the agent's `stop_grace_s`).
+    pub stop_grace_s: u64,
 }
 
 /// Figures over the run.
@@ -101,6 +112,18 @@ pub struct SimStats {
     /// Last end minus first submit.
     pub makespan_s: u64,
     pub passes: u64,
+    /// The passes' preemption counters, added up.
+    pub preemption: PreemptCounters,
+    /// Victims that went back to the queue, and those ended for good.
+    pub preempted_requeued: u64,
+    pub preempted_cancelled: u64,
+    /// Starts on capacity lent by idle-fill.
+    pub borrowed_starts: usize,
+    /// Runs stopped and requeued by idle-fill's reclaim.
+    pub reclaims: usize,
+    /// Emulator unit-seconds held by jobs that ended, over the cluster's
+    /// units times the makespan (0 without emulators).
+    pub emu_utilization: f64,
 }
 
 /// What a run produced: JSON lines (empty unless `emit_events`), stats,
@@ -186,7 +209,30 @@ struct JobRun {
     last_reason: Option<Reason>,
     /// The partition it started in.
     partition: String,
+    /// Emulator units it holds across its hosts.
+    held_emu: u64,
     array: Option<ArrayTask>,
+    /// The allocation of its current run (a new one each start).
+    alloc_id: u64,
+    /// Set while it is being stopped by an eviction.
+    evicted: Option<evict::Evicted>,
+    /// Seconds it spent pending before its current run (or so far), and
+    /// since when it is pending now.
+    waited_s: u64,
+    pending_since_s: u64,
+    /// CPU-seconds of earlier runs cut short by an eviction.
+    busy_cpu_s_before: u128,
+    /// The job it was evicted for, until its first reason line (or start)
+    /// after going back to the queue.
+    preempted_by: Option<String>,
+    /// Its current run is on capacity lent by idle-fill.
+    borrowed: bool,
+    /// Its current run's usage is charged when it ends rather than as it
+    /// runs: an opportunistic run a reclaim stops is charged nothing.
+    charge_at_end: bool,
+    /// How many times idle-fill reclaimed it.
+    reclaims: u32,
+    borrowed_starts: u32,
 }
 
 #[derive(Serialize)]
@@ -238,6 +284,13 @@ struct EndLine<'a> {
     event: &'static str,
     job: &'a str,
     state: &'static str,
+    /// Evicted jobs only: back to the queue or not, why, and for whom.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    requeue: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cause: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    by: Option<&'a str>,
 }
 
 /// Rounds a figure to 6 decimals so the output does not carry float noise.
@@ -247,11 +300,17 @@ pub(crate) fn round6(x: f64) -> f64 {
 
 struct Engine<'a> {
     input: &'a SimInput,
-    /// Partitions, QOS, accounts, users and usage as they are now.
+    /// The pass's view, kept up to date between instants rather than
+    /// rebuilt for each pass: hosts with what is allocated on them, pending
+    /// jobs in id order (`pending_idx` holds their job indices), running
+    /// jobs in job-index order (`running_idx`), and the partitions, QOS,
+    /// accounts, users and usage as they are now. `held` and `dependency`
+    /// of pending jobs are refreshed before each pass.
     world: Snapshot,
+    pending_idx: Vec<usize>,
+    running_idx: Vec<usize>,
     /// Time usage was last accrued and decayed.
     usage_at_s: u64,
-    hosts: Vec<Host>,
     host_index: HashMap<String, usize>,
     runs: Vec<JobRun>,
     /// (job id, job index), in queue order.
@@ -261,7 +320,24 @@ struct Engine<'a> {
     ends: BinaryHeap<Reverse<(u64, JobId, usize)>>,
     lines: String,
     next_job_id: JobId,
+    next_alloc_id: u64,
+    preemption: PreemptCounters,
+    preempted_requeued: u64,
+    preempted_cancelled: u64,
+    /// Jobs whose victims exited in this instant: the room is theirs in
+    /// this instant's passes.
+    freed_now: BTreeSet<usize>,
+    /// Instants where a running job's preemption exempt time runs out.
+    exempt_ends: BinaryHeap<Reverse<u64>>,
+    /// Multi-path reservations held after the last pass.
+    multipath: multipath_log::Held,
+    /// Why an array's submit was refused, by its first task's index: the
+    /// submit limits judge the array whole (each task a job, as Slurm
+    /// counts them), so its later tasks are refused the same way.
+    array_refusals: HashMap<usize, String>,
 }
+
+mod evict;
 
 impl Engine<'_> {
     fn line<T: Serialize>(&mut self, line: &T) -> Result<(), SimError> {
@@ -285,13 +361,41 @@ impl Engine<'_> {
                 error,
             });
         }
-        if !self.world.accounts.is_empty() {
-            let snapshot = self.snapshot();
-            let catalog = Catalog::new(&snapshot);
-            let counts = SubmitCounts::new(&snapshot, &catalog);
-            if let Err(refusal) = limits::check_submit(&job.spec, &catalog, &counts) {
+        let array_first = job.array_of.map(|(first, _)| first);
+        let refused_with_array = array_first
+            .filter(|&first| first != idx)
+            .and_then(|first| self.array_refusals.get(&first).cloned());
+        if let Some(error) = refused_with_array {
+            self.runs[idx].status = Status::Done;
+            return self.line(&RejectedLine {
+                t_s,
+                event: "rejected",
+                job: &job.name,
+                error: &error,
+            });
+        }
+        // A later task was counted with its array's first.
+        let counted_already = array_first.is_some_and(|first| first != idx);
+        if !self.world.accounts.is_empty() && !counted_already {
+            self.refresh_pending();
+            let catalog = Catalog::new(&self.world);
+            let counts = SubmitCounts::new(&self.world, &catalog);
+            let new_jobs = match array_first {
+                Some(first) => self
+                    .input
+                    .jobs
+                    .iter()
+                    .filter(|j| j.array_of.map(|(f, _)| f) == Some(first))
+                    .count() as u64,
+                None => 1,
+            };
+            if let Err(refusal) = limits::check_submit_jobs(&job.spec, &catalog, &counts, new_jobs)
+            {
                 self.runs[idx].status = Status::Done;
                 let error = refusal.to_string();
+                if let Some(first) = array_first {
+                    self.array_refusals.insert(first, error.clone());
+                }
                 return self.line(&RejectedLine {
                     t_s,
                     event: "rejected",
@@ -299,6 +403,16 @@ impl Engine<'_> {
                     error: &error,
                 });
             }
+        }
+        if let Err(refusal) = self.reservation_check(idx, t_s) {
+            self.runs[idx].status = Status::Done;
+            let error = refusal.to_string();
+            return self.line(&RejectedLine {
+                t_s,
+                event: "rejected",
+                job: &job.name,
+                error: &error,
+            });
         }
         let id = self.next_job_id;
         self.next_job_id += 1;
@@ -314,8 +428,20 @@ impl Engine<'_> {
         run.id = id;
         run.array = array;
         run.status = Status::Pending;
+        run.pending_since_s = t_s;
         run.held = job.hold;
         self.pending.insert((id, idx));
+        // Ids only grow, so the view stays in id order.
+        debug_assert!(self.world.pending.last().is_none_or(|p| p.id < id));
+        self.world.pending.push(PendingJob {
+            id,
+            held: job.hold,
+            submit_ms: job.submit_s.saturating_mul(1000),
+            dependency: None,
+            array,
+            ..job.spec.clone()
+        });
+        self.pending_idx.push(idx);
         self.line(&SubmitLine {
             t_s,
             event: "submit",
@@ -325,23 +451,11 @@ impl Engine<'_> {
     }
 
     fn finish(&mut self, idx: usize, t_s: u64, state: JobState) -> Result<(), SimError> {
-        let run = &mut self.runs[idx];
-        match std::mem::replace(&mut run.status, Status::Done) {
-            Status::Running { hosts, per_host } => {
-                for h in hosts {
-                    self.hosts[h].allocated = self.hosts[h].allocated.saturating_sub(per_host);
-                }
-                self.running.remove(&idx);
-            }
-            Status::Pending => {
-                let id = run.id;
-                self.pending.remove(&(id, idx));
-            }
-            other => {
-                // Not submitted yet or already over: nothing to end.
-                run.status = other;
-                return Ok(());
-            }
+        if self.runs[idx].charge_at_end {
+            self.charge_run(idx, t_s);
+        }
+        if !self.leave(idx) {
+            return Ok(());
         }
         self.runs[idx].end = Some((t_s, state));
         let name = &self.input.jobs[idx].name;
@@ -350,7 +464,40 @@ impl Engine<'_> {
             event: "end",
             job: name,
             state: state.slurm_name(),
+            requeue: None,
+            cause: None,
+            by: None,
         })
+    }
+
+    /// Takes job `idx` off its hosts, or out of the queue; false when it is
+    /// neither running nor pending.
+    fn leave(&mut self, idx: usize) -> bool {
+        let run = &mut self.runs[idx];
+        match std::mem::replace(&mut run.status, Status::Done) {
+            Status::Running { hosts, per_host } => {
+                for h in hosts {
+                    let host = &mut self.world.hosts[h];
+                    host.allocated = host.allocated.saturating_sub(per_host);
+                }
+                self.running.remove(&idx);
+                if let Ok(at) = self.running_idx.binary_search(&idx) {
+                    self.running_idx.remove(at);
+                    self.world.running.remove(at);
+                }
+            }
+            Status::Pending => {
+                let id = run.id;
+                self.pending.remove(&(id, idx));
+                self.remove_pending_view(id);
+            }
+            other => {
+                // Not submitted yet or already over: nothing to end.
+                run.status = other;
+                return false;
+            }
+        }
+        true
     }
 
     /// How the job ends if nothing stops it: when, and in what state.
@@ -371,70 +518,96 @@ impl Engine<'_> {
         }
     }
 
-    /// The pass's view of the engine's state now.
-    fn snapshot(&self) -> Snapshot {
-        let pending: Vec<PendingJob> = self
-            .pending
-            .iter()
-            .map(|&(id, idx)| {
-                let job = &self.input.jobs[idx];
-                PendingJob {
-                    id,
-                    held: self.runs[idx].held,
-                    submit_ms: job.submit_s.saturating_mul(1000),
-                    dependency: job
-                        .dependency
-                        .as_ref()
-                        .and_then(|d| self.dependency_reason(idx, d)),
-                    array: self.runs[idx].array,
-                    ..job.spec.clone()
-                }
-            })
-            .collect();
-        let running: Vec<RunningJob> = self
-            .running
-            .iter()
-            .filter_map(|&idx| {
-                let run = &self.runs[idx];
-                let Status::Running { hosts, per_host } = &run.status else {
-                    return None;
-                };
-                let spec = &self.input.jobs[idx].spec;
-                let start_s = run.start_s.unwrap_or(0);
-                Some(RunningJob {
-                    id: run.id,
-                    hosts: hosts.iter().map(|&h| self.hosts[h].name.clone()).collect(),
-                    per_host: *per_host,
-                    end_ms: (spec.time_limit_s > 0)
-                        .then(|| (start_s + spec.time_limit_s).saturating_mul(1000)),
-                    start_ms: start_s.saturating_mul(1000),
-                    user: spec.user.clone(),
-                    account: spec.account.clone(),
-                    qos: spec.qos.clone(),
-                    partition: run.partition.clone(),
-                    array: run.array,
-                })
-            })
-            .collect();
-        Snapshot {
-            hosts: self.hosts.clone(),
-            pending,
-            running,
-            ..self.world.clone()
+    /// Takes job `id` out of the pending view.
+    fn remove_pending_view(&mut self, id: JobId) {
+        if let Ok(at) = self.world.pending.binary_search_by_key(&id, |p| p.id) {
+            self.world.pending.remove(at);
+            self.pending_idx.remove(at);
         }
     }
 
+    /// Brings `held` and `dependency` of the pending view up to date (holds,
+    /// releases and other jobs' ends change them between passes).
+    fn refresh_pending(&mut self) {
+        debug_assert_eq!(self.world.pending.len(), self.pending_idx.len());
+        let room_freed = self.room_freed_for();
+        for at in 0..self.pending_idx.len() {
+            let idx = self.pending_idx[at];
+            let dependency = self.input.jobs[idx]
+                .dependency
+                .as_ref()
+                .and_then(|d| self.dependency_reason(idx, d));
+            let view = &mut self.world.pending[at];
+            view.held = self.runs[idx].held;
+            view.dependency = dependency;
+            view.room_freed = room_freed.contains(&idx);
+        }
+    }
+
+    /// The running view of job `idx`, which has just started.
+    fn running_view(&self, idx: usize) -> Option<RunningJob> {
+        let run = &self.runs[idx];
+        let Status::Running { hosts, per_host } = &run.status else {
+            return None;
+        };
+        let spec = &self.input.jobs[idx].spec;
+        let start_s = run.start_s.unwrap_or(0);
+        Some(RunningJob {
+            id: run.id,
+            hosts: hosts
+                .iter()
+                .map(|&h| self.world.hosts[h].name.clone())
+                .collect(),
+            per_host: *per_host,
+            end_ms: (spec.time_limit_s > 0)
+                .then(|| (start_s + spec.time_limit_s).saturating_mul(1000)),
+            start_ms: start_s.saturating_mul(1000),
+            user: spec.user.clone(),
+            account: spec.account.clone(),
+            qos: spec.qos.clone(),
+            partition: run.partition.clone(),
+            array: run.array,
+            submit_ms: self.input.jobs[idx].submit_s.saturating_mul(1000),
+            nice: spec.nice,
+            preemptible: spec.preemptible,
+            alloc_id: run.alloc_id,
+            evicted_for: run.evicted.as_ref().map(|e| self.runs[e.by].id),
+            borrowed: run.borrowed,
+            reclaims: run.reclaims,
+        })
+    }
+
+    /// One instant's pass. When it evicts jobs that exit at once (no grace,
+    /// no stop time), the pass runs again at the same instant so the room
+    /// they leave goes to the job they were evicted for; only the last
+    /// round's reasons are written.
     fn pass(&mut self, t_s: u64) -> Result<(), SimError> {
+        for round in 0..=evict::ROUNDS_PER_INSTANT_MAX {
+            let last = round == evict::ROUNDS_PER_INSTANT_MAX;
+            if !self.pass_round(t_s, last)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One round of [`Engine::pass`]; true when it should run again.
+    fn pass_round(&mut self, t_s: u64, last: bool) -> Result<bool, SimError> {
         let now_ms = t_s.saturating_mul(1000);
-        let snapshot = self.snapshot();
-        let plan = schedule(&snapshot, &self.input.policy, now_ms);
+        self.refresh_pending();
+        let plan = schedule(&self.world, &self.input.policy, now_ms);
         // Starts are applied, and reported, in queue order, whether single
         // hosts or gangs.
-        let mut placed: BTreeMap<JobId, (Vec<&str>, Resources, &str)> = BTreeMap::new();
+        let mut placed: BTreeMap<JobId, (Vec<&str>, Resources, &str, usize)> = BTreeMap::new();
         for p in &plan.starts {
             placed.insert(
                 p.job_id,
-                (vec![p.host.as_str()], p.resources, p.partition.as_str()),
+                (
+                    vec![p.host.as_str()],
+                    p.resources,
+                    p.partition.as_str(),
+                    p.path,
+                ),
             );
         }
         for g in &plan.gang_starts {
@@ -444,14 +617,25 @@ impl Engine<'_> {
                     g.hosts.iter().map(String::as_str).collect(),
                     g.resources,
                     g.partition.as_str(),
+                    g.path,
                 ),
             );
         }
-        let queue: Vec<(JobId, usize)> = self.pending.iter().copied().collect();
-        for &(id, idx) in &queue {
-            let Some((names, per_host, partition)) = placed.remove(&id) else {
-                continue;
+        // The queue before the starts, for the reason lines; a trace replay
+        // writes none, so it does not copy its (long) queue every pass.
+        let queue: Vec<(JobId, usize)> = if self.input.emit_events {
+            self.pending.iter().copied().collect()
+        } else {
+            Vec::new()
+        };
+        // `placed` is in id order, which is the queue's order.
+        for (id, (names, per_host, partition, path)) in placed {
+            let Ok(at) = self.world.pending.binary_search_by_key(&id, |p| p.id) else {
+                return Err(SimError::Internal(format!(
+                    "plan starts job {id} that is not pending"
+                )));
             };
+            let idx = self.pending_idx[at];
             let job = &self.input.jobs[idx];
             let mut hosts = Vec::new();
             for name in names {
@@ -459,36 +643,78 @@ impl Engine<'_> {
                     .host_index
                     .get(name)
                     .ok_or_else(|| SimError::Internal(format!("plan names unknown host {name}")))?;
-                if fits(&self.hosts[h], per_host).is_err() {
+                if fits(&self.world.hosts[h], per_host).is_err() {
                     return Err(SimError::Internal(format!(
                         "plan puts job {} on {name}, which lacks room",
                         job.name
                     )));
                 }
-                self.hosts[h].allocated = self.hosts[h].allocated.saturating_add(per_host);
+                let host = &mut self.world.hosts[h];
+                host.allocated = host.allocated.saturating_add(per_host);
                 hosts.push(h);
             }
+            let borrowed = plan.borrowed.contains(&id);
+            let opportunistic = borrowed || self.idle_fill_preemptable(idx);
+            let idle_fill = &self.input.policy.idle_fill;
             let run = &mut self.runs[idx];
             self.pending.remove(&(run.id, idx));
             self.running.insert(idx);
+            let id = run.id;
             run.status = Status::Running {
                 hosts: hosts.clone(),
                 per_host,
             };
+            run.borrowed = borrowed;
+            run.borrowed_starts += u32::from(borrowed);
+            run.charge_at_end = idle_fill.enabled && opportunistic;
+            let window_s = idle_fill.exempt_window_s(run.reclaims);
+            // Reclaim may take it when its idle-fill exempt window is over:
+            // that instant gets a pass (a window of 0 is over now).
+            if run.charge_at_end && window_s > 0 {
+                self.exempt_ends.push(Reverse(t_s.saturating_add(window_s)));
+            }
             run.start_s = Some(t_s);
+            run.waited_s += t_s.saturating_sub(run.pending_since_s);
+            run.preempted_by = None;
+            run.alloc_id = self.next_alloc_id;
+            self.next_alloc_id += 1;
             run.partition = partition.to_string();
             run.held_cpus = u64::from(per_host.cpus) * hosts.len() as u64;
+            run.held_emu = u64::from(per_host.emu) * hosts.len() as u64;
             run.last_reason = None;
             if let Some((end_s, _)) = Self::natural_end(job, t_s) {
                 self.ends.push(Reverse((end_s, run.id, idx)));
             }
-            let names = hosts.iter().map(|&h| self.hosts[h].name.as_str()).collect();
+            self.remove_pending_view(id);
+            let view = self
+                .running_view(idx)
+                .ok_or_else(|| SimError::Internal(format!("job {} did not start", job.name)))?;
+            let at = self.running_idx.partition_point(|&i| i < idx);
+            if self.input.policy.preemption.enabled {
+                // A blocked job may evict it once its exempt time is over:
+                // that instant gets a pass.
+                let catalog = Catalog::new(&self.world);
+                let exempt_s = exempt_s(&view, &catalog, &self.input.policy.preemption);
+                if exempt_s > 0 {
+                    self.exempt_ends.push(Reverse(t_s.saturating_add(exempt_s)));
+                }
+            }
+            self.running_idx.insert(at, idx);
+            self.world.running.insert(at, view);
+            if let Some(held) = self.multipath.held.remove(&id) {
+                let line = multipath_log::dispatch_line(t_s, &job.name, path, &held);
+                self.line(&line)?;
+            }
+            let names = hosts
+                .iter()
+                .map(|&h| self.world.hosts[h].name.as_str())
+                .collect();
             let line = StartLine {
                 t_s,
                 event: "start",
                 job: &job.name,
                 hosts: names,
-                borrowed: false,
+                borrowed,
             };
             if self.input.emit_events {
                 let text =
@@ -497,17 +723,10 @@ impl Engine<'_> {
                 self.lines.push('\n');
             }
         }
-        if let Some((id, _)) = placed.into_iter().next() {
-            return Err(SimError::Internal(format!(
-                "plan starts job {id} that is not pending"
-            )));
+        self.preemption.add(&plan.preemption);
+        if self.apply_evictions(&plan.evictions, t_s)? && !last {
+            return Ok(true);
         }
-        // Reasons only make lines; a trace replay writes none.
-        let queue = if self.input.emit_events {
-            queue
-        } else {
-            Vec::new()
-        };
         for (id, idx) in queue {
             if !self.pending.contains(&(id, idx)) {
                 continue;
@@ -519,17 +738,124 @@ impl Engine<'_> {
                 continue;
             }
             self.runs[idx].last_reason = Some(*reason);
+            // A job back in the queue after an eviction says so once.
+            let detail = match (self.runs[idx].preempted_by.take(), plan.details.get(&id)) {
+                (Some(by), Some(d)) => Some(format!("Preempted by {by}; queued again; {d}")),
+                (Some(by), None) => Some(format!("Preempted by {by}; queued again")),
+                (None, d) => d.cloned(),
+            };
             let name = &self.input.jobs[idx].name;
             self.line(&PendingLine {
                 t_s,
                 event: "pending",
                 job: name,
                 reason: reason.code(),
-                detail: plan.details.get(&id).map(String::as_str),
+                detail: detail.as_deref(),
             })?;
+        }
+        self.note_multipath(&plan, t_s)?;
+        Ok(false)
+    }
+
+    /// Keeps the multi-path reservations the pass made (for the next
+    /// dispatch line and `max_reserve_time_s`) and writes a `reserve` line
+    /// for each pending job whose held alternatives changed.
+    fn note_multipath(&mut self, plan: &crate::pass::Plan, t_s: u64) -> Result<(), SimError> {
+        let now_ms = t_s.saturating_mul(1000);
+        let changes = self.multipath.update(&plan.multipath);
+        for change in changes {
+            let Ok(at) = self
+                .world
+                .pending
+                .binary_search_by_key(&change.job_id, |p| p.id)
+            else {
+                continue; // started or ended meanwhile
+            };
+            if !change.paths.is_empty() {
+                self.world.pending[at]
+                    .multipath_since_ms
+                    .get_or_insert(now_ms);
+            }
+            let name = &self.input.jobs[self.pending_idx[at]].name;
+            let line = multipath_log::reserve_line(t_s, name, &change);
+            let text =
+                serde_json::to_string(&line).map_err(|e| SimError::Internal(e.to_string()))?;
+            if self.input.emit_events {
+                self.lines.push_str(&text);
+                self.lines.push('\n');
+            }
         }
         Ok(())
     }
+
+    /// The `--reservation` submit check against the scenario's windows.
+    fn reservation_check(&self, idx: usize, t_s: u64) -> Result<(), resv::ReservationRefusal> {
+        let spec = &self.input.jobs[idx].spec;
+        if spec.reservation.is_empty() {
+            return Ok(());
+        }
+        let catalog = Catalog::new(&self.world);
+        let account = catalog
+            .account_of(&spec.user, &spec.account)
+            .map_or("", |a| a.name.as_str());
+        resv::check_submit(
+            spec,
+            account,
+            &self.world.reservations,
+            t_s.saturating_mul(1000),
+        )
+    }
+
+    /// Whether job `idx`'s QOS is `idle_fill_preemptable` (with idle-fill
+    /// on, its runs are opportunistic: reclaimable even within quota).
+    fn idle_fill_preemptable(&self, idx: usize) -> bool {
+        if !self.input.policy.idle_fill.enabled {
+            return false;
+        }
+        let spec = &self.input.jobs[idx].spec;
+        let catalog = Catalog::new(&self.world);
+        let account = catalog.account_of(&spec.user, &spec.account);
+        catalog
+            .qos(catalog.qos_name_of(&spec.qos, account))
+            .is_some_and(|q| q.idle_fill_preemptable)
+    }
+
+    /// Charges job `idx`'s current run, from its start to `t_s`, to usage
+    /// at once (opportunistic runs are charged when they end, unless a
+    /// reclaim ends them).
+    fn charge_run(&mut self, idx: usize, t_s: u64) {
+        let Status::Running { hosts, per_host } = &self.runs[idx].status else {
+            return;
+        };
+        let ran_s = t_s.saturating_sub(self.runs[idx].start_s.unwrap_or(t_s)) as f64;
+        let spec = &self.input.jobs[idx].spec;
+        let catalog = Catalog::new(&self.world);
+        let account = catalog.account_of(&spec.user, &spec.account);
+        let qos_name = catalog.qos_name_of(&spec.qos, account).to_string();
+        let factor = catalog.qos(&qos_name).map_or(1.0, |q| q.usage_factor);
+        let lineage: Vec<String> = account
+            .map(|a| catalog.lineage(&a.name))
+            .unwrap_or_default()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        let tres = run_tres(hosts.len() as u64, *per_host);
+        let refs: Vec<&str> = lineage.iter().map(String::as_str).collect();
+        self.world
+            .usage
+            .accrue(&refs, &qos_name, &tres, ran_s, factor);
+    }
+}
+
+/// What a run holds in TRES over its `n` hosts.
+fn run_tres(n: u64, per_host: Resources) -> TresAmounts {
+    let mut tres = TresAmounts::default();
+    tres.set(TresKind::Node, n);
+    tres.set(TresKind::Cpu, u64::from(per_host.cpus) * n);
+    tres.set(TresKind::Mem, per_host.mem_mb * n);
+    tres.set(TresKind::Gpu, u64::from(per_host.gpus) * n);
+    tres.set(TresKind::Emu, u64::from(per_host.emu) * n);
+    tres
 }
 
 impl Engine<'_> {
@@ -539,7 +865,7 @@ impl Engine<'_> {
     /// hosts only, for an exclusive job). False means a pass would start
     /// nothing. Costs one sort of the hosts and a binary search per job.
     fn some_job_may_fit(&self) -> bool {
-        let up = || self.hosts.iter().filter(|h| h.state == HostState::Up);
+        let up = || self.world.hosts.iter().filter(|h| h.state == HostState::Up);
         // Free CPUs of every up host, most first.
         let mut free_cpus: Vec<u32> = up().map(|h| h.free().cpus).collect();
         free_cpus.sort_unstable_by(|a, b| b.cmp(a));
@@ -569,11 +895,9 @@ impl Engine<'_> {
                 (Status::Done, None) => Some(JobState::Cancelled),
             }
         };
-        // Singleton: another job of the same name and user is running, or
-        // pending ahead of it.
+        // Singleton, as Slurm and the live cluster read it: another job of
+        // the same job name and user is running, or pending ahead of it.
         let job = &self.input.jobs[idx];
-        let base = |name: &str| name.split('_').next().unwrap_or(name).to_string();
-        let my_base = base(&job.name);
         let singleton_blocked = self
             .running
             .iter()
@@ -581,7 +905,7 @@ impl Engine<'_> {
             .any(|&i| {
                 i != idx
                     && self.input.jobs[i].spec.user == job.spec.user
-                    && base(&self.input.jobs[i].name) == my_base
+                    && self.input.jobs[i].job_name == job.job_name
             });
         deps::evaluate(spec, state_of, singleton_blocked).reason()
     }
@@ -610,7 +934,7 @@ impl Engine<'_> {
                     .filter_map(|n| self.host_index.get(n).copied())
                     .collect();
                 for &h in &down {
-                    self.hosts[h].state = HostState::Down;
+                    self.world.hosts[h].state = HostState::Down;
                 }
                 let victims: Vec<usize> = self
                     .running
@@ -625,7 +949,7 @@ impl Engine<'_> {
             SimAction::HostUp(names) => {
                 for n in names {
                     if let Some(&h) = self.host_index.get(n) {
-                        self.hosts[h].state = HostState::Up;
+                        self.world.hosts[h].state = HostState::Up;
                     }
                 }
             }
@@ -734,6 +1058,9 @@ impl Engine<'_> {
                 let Status::Running { hosts, per_host } = &self.runs[i].status else {
                     continue;
                 };
+                if self.runs[i].charge_at_end {
+                    continue;
+                }
                 let spec = &self.input.jobs[i].spec;
                 let account = catalog.account_of(&spec.user, &spec.account);
                 let qos_name = catalog.qos_name_of(&spec.qos, account);
@@ -741,13 +1068,7 @@ impl Engine<'_> {
                 let lineage = account
                     .map(|a| catalog.lineage(&a.name))
                     .unwrap_or_default();
-                let mut tres = TresAmounts::default();
-                let n = hosts.len() as u64;
-                tres.set(TresKind::Node, n);
-                tres.set(TresKind::Cpu, u64::from(per_host.cpus) * n);
-                tres.set(TresKind::Mem, per_host.mem_mb * n);
-                tres.set(TresKind::Gpu, u64::from(per_host.gpus) * n);
-                tres.set(TresKind::Emu, u64::from(per_host.emu) * n);
+                let tres = run_tres(hosts.len() as u64, *per_host);
                 usage.accrue(&lineage, qos_name, &tres, elapsed_s, factor);
             }
         }
@@ -777,9 +1098,15 @@ pub fn simulate_with(
     };
     let mut engine = Engine {
         input,
-        world: input.world.clone(),
+        world: Snapshot {
+            hosts: input.hosts.clone(),
+            pending: Vec::new(),
+            running: Vec::new(),
+            ..input.world.clone()
+        },
+        pending_idx: Vec::new(),
+        running_idx: Vec::new(),
         usage_at_s: 0,
-        hosts: input.hosts.clone(),
         host_index: input
             .hosts
             .iter()
@@ -799,6 +1126,17 @@ pub fn simulate_with(
                 last_reason: None,
                 partition: String::new(),
                 array: None,
+                alloc_id: 0,
+                evicted: None,
+                waited_s: 0,
+                pending_since_s: 0,
+                busy_cpu_s_before: 0,
+                preempted_by: None,
+                borrowed: false,
+                charge_at_end: false,
+                reclaims: 0,
+                borrowed_starts: 0,
+                held_emu: 0,
             })
             .collect(),
         pending: BTreeSet::new(),
@@ -806,6 +1144,14 @@ pub fn simulate_with(
         ends: BinaryHeap::new(),
         lines: String::new(),
         next_job_id: 1,
+        next_alloc_id: 1,
+        preemption: PreemptCounters::default(),
+        preempted_requeued: 0,
+        preempted_cancelled: 0,
+        freed_now: BTreeSet::new(),
+        exempt_ends: BinaryHeap::new(),
+        multipath: multipath_log::Held::default(),
+        array_refusals: HashMap::new(),
     };
     let mut submits: Vec<usize> = (0..input.jobs.len()).collect();
     submits.sort_by_key(|&i| (input.jobs[i].submit_s, i));
@@ -820,6 +1166,11 @@ pub fn simulate_with(
         .map(|j| j.spec.begin_ms.div_ceil(1000))
         .filter(|&b| b > 0)
         .collect();
+    // Admin reservation windows open and close: passes at both edges.
+    for r in &input.world.reservations {
+        begins.push(r.start_ms.div_ceil(1000));
+        begins.push(r.end_ms.div_ceil(1000));
+    }
     begins.sort_unstable();
     begins.dedup();
     let mut next_begin = 0usize;
@@ -833,6 +1184,7 @@ pub fn simulate_with(
             events.get(next_event).map(|&i| input.events[i].at_s),
             engine.ends.peek().map(|Reverse(e)| e.0),
             begins.get(next_begin).copied(),
+            engine.exempt_ends.peek().map(|Reverse(t)| *t),
         ];
         let Some(t_s) = candidates.into_iter().flatten().min() else {
             break;
@@ -842,6 +1194,13 @@ pub fn simulate_with(
         }
         while begins.get(next_begin).is_some_and(|&b| b <= t_s) {
             next_begin += 1;
+        }
+        while engine
+            .exempt_ends
+            .peek()
+            .is_some_and(|Reverse(e)| *e <= t_s)
+        {
+            engine.exempt_ends.pop();
         }
         // Usage up to this instant, before jobs ending now leave the
         // running set: their last interval counts too.
@@ -860,7 +1219,16 @@ pub fn simulate_with(
             if let Some((due_s, state)) = Engine::natural_end(&input.jobs[idx], start_s) {
                 if due_s == t_s {
                     engine.finish(idx, t_s, state)?;
+                    continue;
                 }
+            }
+            // An evicted job exits when its grace and stop time are over.
+            if engine.runs[idx]
+                .evicted
+                .as_ref()
+                .is_some_and(|e| e.exit_s == t_s)
+            {
+                engine.evicted_exit(idx, t_s)?;
             }
         }
         while let Some(&idx) = submits.get(next_submit) {
@@ -882,12 +1250,20 @@ pub fn simulate_with(
         // starts, so an instant where no pending job could find room on
         // any up hosts (even ignoring reservations and limits) needs none.
         // It still counts: the pass's outcome is known, not skipped.
-        if input.emit_events || engine.some_job_may_fit() {
+        // With preemption or idle-fill a pass may free room by evicting,
+        // which that check does not see.
+        if input.emit_events
+            || input.policy.preemption.enabled
+            || input.policy.idle_fill.enabled
+            || engine.some_job_may_fit()
+        {
             engine.pass(t_s)?;
         }
+        engine.freed_now.clear();
         passes += 1;
         if timeline.wants(t_s) {
             let busy_cpus: u64 = engine
+                .world
                 .hosts
                 .iter()
                 .map(|h| u64::from(h.allocated.cpus))
@@ -923,16 +1299,24 @@ fn stats_of(engine: &Engine, input: &SimInput, passes: u64) -> SimStats {
     let mut waits_s = Vec::new();
     let mut bslds = Vec::new();
     let mut busy_cpu_s = 0u128;
+    let mut busy_emu_s = 0u128;
     let mut first_submit_s: Option<u64> = None;
     let mut last_end_s = 0u64;
+    let mut borrowed_starts = 0usize;
+    let mut reclaims = 0usize;
     for (job, run) in input.jobs.iter().zip(&engine.runs) {
         if run.id == 0 {
             continue; // rejected, or not submitted before the end
         }
         jobs += 1;
         first_submit_s = Some(first_submit_s.map_or(job.submit_s, |f| f.min(job.submit_s)));
+        busy_cpu_s += run.busy_cpu_s_before;
+        borrowed_starts += run.borrowed_starts as usize;
+        reclaims += run.reclaims as usize;
         let Some(start_s) = run.start_s else { continue };
-        let wait_s = start_s - job.submit_s;
+        // Time pending, over every stay in the queue (an evicted job
+        // that is pending again counts what it has waited so far).
+        let wait_s = run.waited_s;
         waits_s.push(wait_s);
         let Some((end_s, state)) = run.end else {
             continue;
@@ -942,11 +1326,16 @@ fn stats_of(engine: &Engine, input: &SimInput, passes: u64) -> SimStats {
         }
         let run_s = end_s - start_s;
         last_end_s = last_end_s.max(end_s);
-        bslds.push(((wait_s + run_s) as f64 / run_s.max(10) as f64).max(1.0));
+        // From submit to the end of its last run: an evicted job's lost
+        // runs count against it.
+        let response_s = end_s - job.submit_s;
+        bslds.push((response_s as f64 / run_s.max(10) as f64).max(1.0));
         busy_cpu_s += u128::from(run.held_cpus) * u128::from(run_s);
+        busy_emu_s += u128::from(run.held_emu) * u128::from(run_s);
     }
     let makespan_s = last_end_s.saturating_sub(first_submit_s.unwrap_or(0));
     let total_cpus: u128 = engine
+        .world
         .hosts
         .iter()
         .map(|h| u128::from(h.inventory.cpus))
@@ -966,6 +1355,13 @@ fn stats_of(engine: &Engine, input: &SimInput, passes: u64) -> SimStats {
         n => waits_s[(n * 95).div_ceil(100).saturating_sub(1)],
     };
     let capacity = total_cpus * u128::from(makespan_s);
+    let total_emu: u128 = engine
+        .world
+        .hosts
+        .iter()
+        .map(|h| u128::from(h.inventory.resources().emu))
+        .sum();
+    let emu_capacity = total_emu * u128::from(makespan_s);
     SimStats {
         jobs,
         completed,
@@ -979,5 +1375,15 @@ fn stats_of(engine: &Engine, input: &SimInput, passes: u64) -> SimStats {
         },
         makespan_s,
         passes,
+        preemption: engine.preemption,
+        preempted_requeued: engine.preempted_requeued,
+        preempted_cancelled: engine.preempted_cancelled,
+        borrowed_starts,
+        reclaims,
+        emu_utilization: if emu_capacity == 0 {
+            0.0
+        } else {
+            round6(busy_emu_s as f64 / emu_capacity as f64)
+        },
     }
 }

@@ -9,7 +9,10 @@
 
 pub mod bench;
 pub mod engine;
+pub mod farm;
+pub mod gpu_teams;
 pub mod hostlist;
+mod multipath_log;
 pub mod plot;
 pub mod scenario;
 pub mod swf;
@@ -56,12 +59,38 @@ struct ScenarioSummary {
     mean_bsld: f64,
     utilization: f64,
     makespan_s: u64,
+    /// With preemption enabled only, so other scenarios' lines stay as
+    /// they were.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    preemption: Option<PreemptSummary>,
+    /// With idle-fill on: starts on lent capacity and runs reclaimed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    borrowed_starts: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reclaims: Option<usize>,
+}
+
+/// The preemption metrics the reference names, over the whole run.
+#[derive(Serialize)]
+struct PreemptSummary {
+    /// Victims chosen, and how they ended up.
+    evictions: u64,
+    preempted_requeued: u64,
+    preempted_cancelled: u64,
+    /// Blocked jobs (per pass) that looked for victims and found none that
+    /// would let them start.
+    preemption_misses: u64,
+    /// Candidates turned down only for the priority gap.
+    preemption_near_misses: u64,
+    /// Mean wait of a blocked job when its victims were chosen.
+    blocked_before_eviction_s_mean: f64,
 }
 
 /// Runs a scenario file's text (`file` names it in errors) and returns the
 /// JSON lines `berth sim run` prints, summary last.
 pub fn run_scenario(text: &str, file: &str) -> Result<String, SimError> {
     let scenario = parse_scenario(text, file)?;
+    let preemption_enabled = scenario.policy.preemption.enabled;
     let input = SimInput {
         hosts: scenario.hosts,
         jobs: scenario.jobs,
@@ -70,7 +99,9 @@ pub fn run_scenario(text: &str, file: &str) -> Result<String, SimError> {
         world: scenario.world,
         until_s: scenario.until_s,
         emit_events: true,
+        stop_grace_s: scenario.stop_grace_s,
     };
+    let idle_fill = input.policy.idle_fill.enabled;
     let output = simulate(&input)?;
     let s = &output.stats;
     let summary = ScenarioSummary {
@@ -81,6 +112,24 @@ pub fn run_scenario(text: &str, file: &str) -> Result<String, SimError> {
         mean_bsld: s.mean_bsld,
         utilization: s.utilization,
         makespan_s: s.makespan_s,
+        preemption: preemption_enabled.then(|| {
+            let p = &s.preemption;
+            // Blocked jobs that got victims: one per eviction set, counted
+            // by the passes' `blocked_ms` sums over their evictions.
+            let preemptors = p.preemptors.max(1) as f64;
+            PreemptSummary {
+                evictions: p.evictions,
+                preempted_requeued: s.preempted_requeued,
+                preempted_cancelled: s.preempted_cancelled,
+                preemption_misses: p.misses,
+                preemption_near_misses: p.near_misses,
+                blocked_before_eviction_s_mean: engine::round6(
+                    p.blocked_ms as f64 / 1000.0 / preemptors,
+                ),
+            }
+        }),
+        borrowed_starts: idle_fill.then_some(s.borrowed_starts),
+        reclaims: idle_fill.then_some(s.reclaims),
     };
     let mut lines = output.lines;
     lines

@@ -12,10 +12,12 @@ use super::hostlist;
 use super::SimError;
 use crate::assoc::{Account, UserRecord, ROOT_ACCOUNT};
 use crate::deps::{DepKind, Dependency, DependencySpec};
+use crate::idlefill::{IdleFill, EXEMPT_WINDOW_MAX_S};
 use crate::model::{EmulatorInventory, Host, Inventory, Resources};
 use crate::partition::Partition;
 use crate::pass::{PendingJob, Policy, Shape, Snapshot};
-use crate::qos::{Limits, Qos, QosFlags, TresKind, TresLimits, NORMAL_QOS};
+use crate::qos::{Limits, PreemptMode, Qos, QosFlags, TresKind, TresLimits, NORMAL_QOS};
+use crate::resv::AdminReservation;
 
 /// A parsed scenario.
 #[derive(Debug, Clone)]
@@ -28,37 +30,19 @@ pub struct Scenario {
     pub world: Snapshot,
     pub jobs: Vec<SimJob>,
     pub events: Vec<SimEvent>,
+    /// Seconds between the stop signal and the kill (`stop_grace_s`,
+    /// default 30): bounds a job's `stop_takes_s`.
+    pub stop_grace_s: u64,
 }
+
+/// The agent's default stop grace (SIGTERM to SIGKILL), as berthd's.
+pub const STOP_GRACE_S_DEFAULT: u64 = 30;
 
 /// Keys that exist in the scenario format (SIM.md) but that this simulator
 /// does not implement yet. Each may appear only with the value that means
 /// "off", given here; any other value is refused rather than ignored.
 const NOT_YET: &[(&str, &str, Option<&str>)] = &[
     // (section, key, accepted "off" value as TOML)
-    ("", "reservations", None),
-    ("scheduler", "idle_fill_enabled", Some("false")),
-    ("scheduler", "idle_fill_exempt_secs", None),
-    ("scheduler", "idle_fill_max_borrow_factor", None),
-    ("scheduler", "idle_fill_max_cluster_fraction", None),
-    ("scheduler", "preemption_enabled", Some("false")),
-    ("scheduler", "min_preemption_runtime_s", None),
-    ("scheduler", "preemption_gap", None),
-    ("scheduler", "preemption_threshold", None),
-    ("scheduler", "preemption_multi_victim", None),
-    ("scheduler", "max_evictions_per_tick", None),
-    ("scheduler", "reserve_all_alternatives_top_n", None),
-    ("scheduler", "max_reserve_time_s", None),
-    ("scheduler", "stop_grace_s", None),
-    ("partitions", "preempt_mode", Some("\"off\"")),
-    ("partitions", "reserve_all_alternatives", Some("false")),
-    ("qos", "preempt", Some("[]")),
-    ("qos", "preempt_mode", None),
-    ("qos", "preempt_exempt_time_s", None),
-    ("qos", "grace_time_s", None),
-    ("qos", "idle_fill_preemptable", Some("false")),
-    ("jobs", "preemptible", Some("false")),
-    ("jobs", "reservation", None),
-    ("jobs", "stop_takes_s", None),
 ];
 
 struct Ctx<'a> {
@@ -290,6 +274,11 @@ const QOS_KEYS: &[&str] = &[
     "flags",
     "usage_factor",
     "usage_threshold",
+    "preempt",
+    "preempt_mode",
+    "preempt_exempt_time_s",
+    "grace_time_s",
+    "idle_fill_preemptable",
 ];
 
 fn with_limits(keys: &[&'static str]) -> Vec<&'static str> {
@@ -318,6 +307,7 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, SimError> {
             "users",
             "jobs",
             "events",
+            "reservations",
         ],
     )?;
     let name = ctx
@@ -326,6 +316,11 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, SimError> {
         .to_string();
     let until_s = ctx.u64_of(&root, "", "until_s")?;
     let policy = parse_policy(&ctx, &root)?;
+    let stop_grace_s = match root.get("scheduler") {
+        Some(Value::Table(sched)) => ctx.u64_of(sched, "scheduler", "stop_grace_s")?,
+        _ => None,
+    }
+    .unwrap_or(STOP_GRACE_S_DEFAULT);
     let partitions = parse_partitions(&ctx, &root)?;
     let qos = parse_qos_list(&ctx, &root)?;
     let qos_names: BTreeSet<&str> = qos.iter().map(|q| q.name.as_str()).collect();
@@ -340,11 +335,13 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, SimError> {
     let hosts = parse_hosts(&ctx, &root, &partitions)?;
     let accounts = parse_accounts(&ctx, &root, &qos_names)?;
     let users = parse_users(&ctx, &root, &accounts)?;
+    let reservations = parse_reservations(&ctx, &root, &hosts, &accounts)?;
     let world = Snapshot {
         partitions,
         qos,
         accounts,
         users,
+        reservations,
         ..Snapshot::default()
     };
     let (jobs, job_index) = parse_jobs(&ctx, &root, &world, &hosts)?;
@@ -357,6 +354,7 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, SimError> {
         world,
         jobs,
         events,
+        stop_grace_s,
     })
 }
 
@@ -387,6 +385,19 @@ fn parse_policy(ctx: &Ctx, root: &Table) -> Result<Policy, SimError> {
             "priority_weight_assoc",
             "priority_max_age_s",
             "priority_decay_half_life_s",
+            "preemption_enabled",
+            "min_preemption_runtime_s",
+            "preemption_gap",
+            "preemption_threshold",
+            "preemption_multi_victim",
+            "max_evictions_per_tick",
+            "stop_grace_s",
+            "idle_fill_enabled",
+            "idle_fill_exempt_secs",
+            "idle_fill_max_borrow_factor",
+            "idle_fill_max_cluster_fraction",
+            "reserve_all_alternatives_top_n",
+            "max_reserve_time_s",
         ],
     )?;
     let p = "scheduler";
@@ -422,6 +433,12 @@ fn parse_policy(ctx: &Ctx, root: &Table) -> Result<Policy, SimError> {
     if let Some(n) = ctx.u64_of(sched, p, "pass_budget_host_checks")? {
         policy.pass_budget_host_checks = n;
     }
+    if let Some(n) = usize_of("reserve_all_alternatives_top_n", 0)? {
+        policy.reserve_all_alternatives_top_n = n;
+    }
+    if let Some(n) = ctx.u64_of(sched, p, "max_reserve_time_s")? {
+        policy.max_reserve_time_s = n;
+    }
     let w = &mut policy.priority;
     for (key, slot) in [
         ("priority_weight_age", &mut w.age),
@@ -444,7 +461,64 @@ fn parse_policy(ctx: &Ctx, root: &Table) -> Result<Policy, SimError> {
     if let Some(n) = ctx.u64_of(sched, p, "priority_decay_half_life_s")? {
         w.decay_half_life_s = n;
     }
+    let pre = &mut policy.preemption;
+    if let Some(b) = ctx.bool_of(sched, p, "preemption_enabled")? {
+        pre.enabled = b;
+    }
+    if let Some(n) = ctx.u64_of(sched, p, "min_preemption_runtime_s")? {
+        pre.min_runtime_s = n;
+    }
+    if let Some(n) = ctx.u64_of(sched, p, "preemption_gap")? {
+        pre.gap = i64::try_from(n)
+            .map_err(|_| ctx.invalid("scheduler.preemption_gap", "a smaller number"))?;
+    }
+    if let Some(n) = ctx.u64_of(sched, p, "preemption_threshold")? {
+        if n > 100 {
+            return Err(ctx.invalid(
+                "scheduler.preemption_threshold",
+                "a percentage of utilization from 0 to 100",
+            ));
+        }
+        pre.threshold_pct = n as u32;
+    }
+    if let Some(b) = ctx.bool_of(sched, p, "preemption_multi_victim")? {
+        pre.multi_victim = b;
+    }
+    if let Some(n) = usize_of("max_evictions_per_tick", 1)? {
+        pre.max_evictions_per_tick = n;
+    }
+    parse_idle_fill(ctx, sched, &mut policy.idle_fill)?;
     Ok(policy)
+}
+
+/// The four `idle_fill_*` keys of `[scheduler]`.
+fn parse_idle_fill(ctx: &Ctx, sched: &Table, f: &mut IdleFill) -> Result<(), SimError> {
+    let p = "scheduler";
+    if let Some(b) = ctx.bool_of(sched, p, "idle_fill_enabled")? {
+        f.enabled = b;
+    }
+    if let Some(n) = ctx.u64_of(sched, p, "idle_fill_exempt_secs")? {
+        if n > EXEMPT_WINDOW_MAX_S {
+            return Err(ctx.invalid(
+                "scheduler.idle_fill_exempt_secs",
+                format!("a number of seconds <= {EXEMPT_WINDOW_MAX_S}"),
+            ));
+        }
+        f.exempt_s = n;
+    }
+    if let Some(x) = ctx.f64_of(sched, p, "idle_fill_max_borrow_factor")? {
+        f.max_borrow_factor = x;
+    }
+    if let Some(x) = ctx.f64_of(sched, p, "idle_fill_max_cluster_fraction")? {
+        if x > 1.0 {
+            return Err(ctx.invalid(
+                "scheduler.idle_fill_max_cluster_fraction",
+                "a share of the hosts between 0 and 1",
+            ));
+        }
+        f.max_cluster_fraction = x;
+    }
+    Ok(())
 }
 
 fn parse_partitions(ctx: &Ctx, root: &Table) -> Result<Vec<Partition>, SimError> {
@@ -464,6 +538,8 @@ fn parse_partitions(ctx: &Ctx, root: &Table) -> Result<Vec<Partition>, SimError>
                 "min_nodes",
                 "priority_job_factor",
                 "qos",
+                "preempt_mode",
+                "reserve_all_alternatives",
             ],
         )?;
         let pname = ctx
@@ -485,7 +561,20 @@ fn parse_partitions(ctx: &Ctx, root: &Table) -> Result<Vec<Partition>, SimError>
             min_nodes: ctx.u32_of(p, &path, "min_nodes")?,
             priority_job_factor: ctx.u32_of(p, &path, "priority_job_factor")?.unwrap_or(0),
             qos: ctx.str_of(p, &path, "qos")?.unwrap_or_default().to_string(),
-            ..Partition::default()
+            preempt_mode: match ctx.str_of(p, &path, "preempt_mode")? {
+                None | Some("off") => PreemptMode::Off,
+                Some("requeue") => PreemptMode::Requeue,
+                Some("cancel") => PreemptMode::Cancel,
+                Some(other) => {
+                    return Err(ctx.invalid(
+                        &format!("{path}.preempt_mode"),
+                        format!("off, requeue or cancel, not {other:?} (suspend is not supported: a suspended job would keep its allocation)"),
+                    ))
+                }
+            },
+            reserve_all_alternatives: ctx
+                .bool_of(p, &path, "reserve_all_alternatives")?
+                .unwrap_or(false),
         });
     }
     if partitions.iter().filter(|p| p.default).count() > 1 {
@@ -554,6 +643,30 @@ fn qos_from(ctx: &Ctx, q: &Table, path: &str, base: Qos) -> Result<Qos, SimError
         }
         qos.usage_threshold = Some(x);
     }
+    if let Some(names) = ctx.strings_of(q, path, "preempt")? {
+        qos.preempt = names;
+    }
+    if let Some(mode) = ctx.str_of(q, path, "preempt_mode")? {
+        qos.preempt_mode = match mode {
+            "requeue" => PreemptMode::Requeue,
+            "cancel" => PreemptMode::Cancel,
+            other => {
+                return Err(ctx.invalid(
+                    &format!("{path}.preempt_mode"),
+                    format!("requeue or cancel, not {other:?} (suspend is not supported: this scheduler does not stop and continue jobs, and a suspended job would keep its allocation)"),
+                ))
+            }
+        };
+    }
+    if let Some(n) = ctx.u64_of(q, path, "preempt_exempt_time_s")? {
+        qos.preempt_exempt_time_s = Some(n);
+    }
+    if let Some(n) = ctx.u64_of(q, path, "grace_time_s")? {
+        qos.grace_time_s = Some(n);
+    }
+    if let Some(b) = ctx.bool_of(q, path, "idle_fill_preemptable")? {
+        qos.idle_fill_preemptable = b;
+    }
     Ok(qos)
 }
 
@@ -578,6 +691,18 @@ fn parse_qos_list(ctx: &Ctx, root: &Table) -> Result<Vec<Qos>, SimError> {
     if !list.iter().any(|q| q.name == NORMAL_QOS) {
         // As in Slurm, `normal` always exists.
         list.push(Qos::default());
+    }
+    for (i, q) in list.iter().enumerate() {
+        if let Some(bad) = q
+            .preempt
+            .iter()
+            .find(|n| !list.iter().any(|x| x.name == **n))
+        {
+            return Err(ctx.invalid(
+                &format!("qos[{i}].preempt"),
+                format!("names of [[qos]], not {bad:?}"),
+            ));
+        }
     }
     Ok(list)
 }
@@ -634,6 +759,8 @@ fn parse_hosts(ctx: &Ctx, root: &Table, partitions: &[Partition]) -> Result<Vec<
                 .unwrap_or_default()
                 .to_string(),
             emulator,
+            // The host's `features` key fills `Host::features`.
+            features: Vec::new(),
         };
         let host_partitions = ctx.strings_of(h, &path, "partitions")?.unwrap_or_default();
         for p in &host_partitions {
@@ -698,6 +825,7 @@ fn parse_accounts(
         "qos",
         "priority",
         "max_priority",
+        "preempt",
     ]);
     let tables = ctx.tables_of(root, "accounts")?;
     for (i, a) in tables.iter().enumerate() {
@@ -746,9 +874,20 @@ fn parse_accounts(
             priority: ctx.i64_of(a, &path, "priority")?.unwrap_or(0),
             max_priority: ctx.i64_of(a, &path, "max_priority")?.unwrap_or(0),
             limits,
+            preempt: ctx.strings_of(a, &path, "preempt")?.unwrap_or_default(),
         });
     }
     for (i, a) in accounts.iter().enumerate() {
+        if let Some(bad) = a
+            .preempt
+            .iter()
+            .find(|n| !accounts.iter().any(|x| x.name == **n))
+        {
+            return Err(ctx.invalid(
+                &format!("accounts[{i}].preempt"),
+                format!("names of [[accounts]], not {bad:?}"),
+            ));
+        }
         if a.parent != ROOT_ACCOUNT && !accounts.iter().any(|p| p.name == a.parent) {
             return Err(ctx.invalid(
                 &format!("accounts[{i}].parent"),
@@ -932,6 +1071,106 @@ fn parse_array(text: &str) -> Result<(Vec<u32>, u32), String> {
 
 type JobIndex = BTreeMap<String, Vec<usize>>;
 
+/// `[[reservations]]`: admin windows. Names are unique, hosts exist, users
+/// and accounts are the scenario's, and two windows never overlap on a
+/// host (a host is in at most one reservation at a time).
+fn parse_reservations(
+    ctx: &Ctx,
+    root: &Table,
+    hosts: &[Host],
+    accounts: &[Account],
+) -> Result<Vec<AdminReservation>, SimError> {
+    let mut out: Vec<AdminReservation> = Vec::new();
+    for (i, r) in ctx.tables_of(root, "reservations")?.into_iter().enumerate() {
+        let path = format!("reservations[{i}]");
+        ctx.check_keys(
+            r,
+            "reservations",
+            &path,
+            &[
+                "name",
+                "hosts",
+                "start_s",
+                "duration_s",
+                "users",
+                "accounts",
+            ],
+        )?;
+        let name = ctx
+            .str_of(r, &path, "name")?
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ctx.invalid(&format!("{path}.name"), "a reservation name"))?;
+        if out.iter().any(|o| o.name == name) {
+            return Err(ctx.invalid(
+                &format!("{path}.name"),
+                format!("reservation names used once; {name} is named twice"),
+            ));
+        }
+        let list = ctx
+            .str_of(r, &path, "hosts")?
+            .ok_or_else(|| ctx.invalid(&format!("{path}.hosts"), "a hostlist, e.g. node[01-04]"))?;
+        let names = hostlist::expand(list)
+            .map_err(|e| ctx.invalid(&format!("{path}.hosts"), format!("a hostlist ({e})")))?;
+        for n in &names {
+            if !hosts.iter().any(|h| &h.name == n) {
+                return Err(ctx.invalid(
+                    &format!("{path}.hosts"),
+                    format!("hosts of [[hosts]], not {n:?}"),
+                ));
+            }
+        }
+        let start_s = ctx
+            .u64_of(r, &path, "start_s")?
+            .ok_or_else(|| ctx.invalid(&format!("{path}.start_s"), "a start time in seconds"))?;
+        let duration_s = ctx
+            .u64_of(r, &path, "duration_s")?
+            .filter(|&d| d > 0)
+            .ok_or_else(|| {
+                ctx.invalid(&format!("{path}.duration_s"), "a duration in seconds >= 1")
+            })?;
+        let users = ctx.strings_of(r, &path, "users")?.unwrap_or_default();
+        for u in &users {
+            if !accounts.iter().any(|a| a.users.contains(u)) {
+                return Err(ctx.invalid(
+                    &format!("{path}.users"),
+                    format!("users named in [[accounts]], not {u:?}"),
+                ));
+            }
+        }
+        let account_names = ctx.strings_of(r, &path, "accounts")?.unwrap_or_default();
+        for a in &account_names {
+            if !accounts.iter().any(|x| &x.name == a) {
+                return Err(ctx.invalid(
+                    &format!("{path}.accounts"),
+                    format!("names of [[accounts]], not {a:?}"),
+                ));
+            }
+        }
+        let window = AdminReservation {
+            name: name.to_string(),
+            hosts: names,
+            start_ms: start_s.saturating_mul(1000),
+            end_ms: start_s.saturating_add(duration_s).saturating_mul(1000),
+            users,
+            accounts: account_names,
+        };
+        if let Some((other, host)) = out.iter().find_map(|o| {
+            let shared = o.hosts.iter().find(|h| window.hosts.contains(h))?;
+            (o.start_ms < window.end_ms && window.start_ms < o.end_ms).then_some((o, shared))
+        }) {
+            return Err(ctx.invalid(
+                &path,
+                format!(
+                    "a window that does not overlap another on the same host; {} overlaps {} on {host}",
+                    window.name, other.name
+                ),
+            ));
+        }
+        out.push(window);
+    }
+    Ok(out)
+}
+
 fn parse_jobs(
     ctx: &Ctx,
     root: &Table,
@@ -946,6 +1185,7 @@ fn parse_jobs(
     let mut pending_deps: Vec<(Vec<usize>, String, String)> = Vec::new();
     let job_keys: Vec<&str> = [
         "id",
+        "name",
         "at_s",
         "user",
         "account",
@@ -960,6 +1200,9 @@ fn parse_jobs(
         "array",
         "begin_s",
         "alternatives",
+        "preemptible",
+        "stop_takes_s",
+        "reservation",
     ]
     .iter()
     .chain(SHAPE_KEYS)
@@ -1050,6 +1293,12 @@ fn parse_jobs(
             account: asked_account.to_string(),
             qos: qos.to_string(),
             partitions,
+            // Checked at submit, as `sbatch --reservation` is: a name that
+            // does not exist or does not admit the job is refused then.
+            reservation: ctx
+                .str_of(j, &path, "reservation")?
+                .unwrap_or_default()
+                .to_string(),
             ..PendingJob::default()
         };
         // Where it could run at all, with every host up.
@@ -1094,6 +1343,8 @@ fn parse_jobs(
         if let Some(b) = ctx.u64_of(j, &path, "begin_s")? {
             spec.begin_ms = b.saturating_mul(1000);
         }
+        spec.preemptible = ctx.bool_of(j, &path, "preemptible")?.unwrap_or(false);
+        let stop_takes_s = ctx.u64_of(j, &path, "stop_takes_s")?.unwrap_or(0);
         let runtime_s = ctx.u64_of(j, &path, "runtime_s")?;
         let exit_code = match j.get("exit_code") {
             None => 0,
@@ -1118,10 +1369,17 @@ fn parse_jobs(
             None => vec![id.clone()],
             Some(ids) => ids.iter().map(|k| format!("{id}_{k}")).collect(),
         };
+        // Slurm's job name: `name`, else the id; every task of an array
+        // has the array's.
+        let job_name = ctx
+            .str_of(j, &path, "name")?
+            .unwrap_or(id.as_str())
+            .to_string();
         for name in names {
             indices.push(jobs.len());
             jobs.push(SimJob {
                 name,
+                job_name: job_name.clone(),
                 submit_s: at_s,
                 spec: spec.clone(),
                 runtime_s,
@@ -1130,6 +1388,7 @@ fn parse_jobs(
                 rejected: None,
                 dependency: None,
                 array_of: task_ids.as_ref().map(|_| (first, array_max)),
+                stop_takes_s,
             });
         }
         if let Some(d) = ctx.str_of(j, &path, "dependency")? {
@@ -1288,6 +1547,12 @@ fn parse_events(
                         .collect();
                     ctx.check_keys(set, "qos", &format!("{path}.set"), &keys)?;
                     let modified = qos_from(ctx, set, &format!("{path}.set"), base)?;
+                    if let Some(bad) = modified.preempt.iter().find(|n| !qos_now.contains_key(*n)) {
+                        return Err(ctx.invalid(
+                            &format!("{path}.set.preempt"),
+                            format!("names of [[qos]], not {bad:?}"),
+                        ));
+                    }
                     qos_now.insert(qname.to_string(), modified.clone());
                     SimAction::ModifyQos(Box::new(modified))
                 }

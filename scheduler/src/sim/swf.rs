@@ -174,6 +174,7 @@ pub fn run_swf_with(
         }
         jobs.push(SimJob {
             name: line_no.to_string(),
+            job_name: line_no.to_string(),
             submit_s: submit,
             spec: PendingJob {
                 shape: Shape {
@@ -189,6 +190,7 @@ pub fn run_swf_with(
             rejected: None,
             dependency: None,
             array_of: None,
+            stop_takes_s: 0,
         });
     }
     let hosts = (1..=hosts_n)
@@ -210,6 +212,7 @@ pub fn run_swf_with(
         world: Snapshot::default(),
         until_s: None,
         emit_events: false,
+        stop_grace_s: super::scenario::STOP_GRACE_S_DEFAULT,
     };
     let output = simulate_with(&input, observe)?;
     let per_job = |sum: f64| {

@@ -1,0 +1,324 @@
+//! Faults the drill injects into a local cluster, each one an episode:
+//! inject, measure how long until the survivors agree on a leader, keep
+//! the fault for a seeded while, recover, and wait until every node has
+//! caught up again.
+
+use std::time::{Duration, Instant};
+
+use super::checks::AgentOutage;
+use super::rng::Rng;
+use crate::harness::{status_of, HarnessError, LocalCluster};
+
+/// Longest the drill waits for a leader, or for the nodes to catch up,
+/// after a fault.
+pub const RECOVERY_DEADLINE: Duration = Duration::from_secs(60);
+/// How long the leader stays stopped: well past the election timeout
+/// (300–600 ms) and the lease openraft keeps after it.
+const PAUSE_MS: u64 = 2_500;
+/// A status call to a node that may be stopped is given this long.
+const STATUS_TIMEOUT: Duration = Duration::from_millis(400);
+/// Pause between polls of the cluster's leader.
+const POLL: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum FaultKind {
+    /// kill -9 the leader, restart it later.
+    KillLeader,
+    /// kill -9 a follower, restart it later.
+    KillFollower,
+    /// SIGSTOP the leader past the election timeout, then SIGCONT.
+    PauseLeader,
+    /// kill -9 every node at once and start them all again.
+    RestartAll,
+    /// kill -9 an agent (its jobs keep running) and start it again.
+    KillAgent,
+    /// kill -9 the leader and as many followers as still leave a
+    /// majority (5 nodes: 2 members lost at once).
+    KillMinority,
+}
+
+impl FaultKind {
+    /// The kinds a cluster of `nodes` can take.
+    pub fn all(nodes: u64) -> Vec<FaultKind> {
+        let mut kinds = vec![
+            FaultKind::KillLeader,
+            FaultKind::KillFollower,
+            FaultKind::PauseLeader,
+            FaultKind::RestartAll,
+            FaultKind::KillAgent,
+        ];
+        if nodes >= 5 {
+            kinds.push(FaultKind::KillMinority);
+        }
+        kinds
+    }
+}
+
+/// The seeded order of faults: every kind once in a shuffled order (so a
+/// short drill meets each), then kinds at random.
+pub fn schedule(rng: &mut Rng, nodes: u64, count: usize) -> Vec<FaultKind> {
+    let mut first = FaultKind::all(nodes);
+    for i in (1..first.len()).rev() {
+        let j = rng.range(0, i as u64) as usize;
+        first.swap(i, j);
+    }
+    let all = FaultKind::all(nodes);
+    (0..count)
+        .map(|i| {
+            first
+                .get(i)
+                .copied()
+                .unwrap_or_else(|| all[rng.range(0, all.len() as u64 - 1) as usize])
+        })
+        .collect()
+}
+
+/// One injected fault and what followed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FaultRecord {
+    pub kind: FaultKind,
+    /// ms since the drill's workload started.
+    pub at_ms: u64,
+    /// What was hit: node ids or an agent's host.
+    pub target: String,
+    /// Fault → survivors agree on a new leader, for faults that take the
+    /// leader away.
+    pub failover_ms: Option<u64>,
+    /// Fault → every node caught up again after recovery.
+    pub recovered_ms: u64,
+}
+
+/// A stopped node, continued when this is dropped (also on an error path).
+struct Paused(u32);
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on a child process the harness started.
+        unsafe {
+            libc::kill(self.0 as i32, libc::SIGCONT);
+        }
+    }
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn signal(pid: u32, sig: i32) -> Result<(), HarnessError> {
+    // SAFETY: kill(2) on a child process the harness started.
+    if unsafe { libc::kill(pid as i32, sig) } != 0 {
+        return Err(HarnessError::Io(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// The leader the running nodes outside `skip` agree on, if a majority of
+/// the `nodes` answer, they all name the same leader, and it is one of
+/// them; a node that does not answer in time has no say. (Right after a
+/// restart one node may still name a leader from before it.)
+async fn agreed_leader(cluster: &LocalCluster, nodes: u64, skip: &[u64]) -> Option<u64> {
+    let mut leader = None;
+    let mut answered = 0;
+    for id in (1..=nodes).filter(|id| !skip.contains(id) && cluster.node_pid(*id).is_some()) {
+        let addr = cluster.addr(id).ok()?;
+        let Ok(Ok(status)) = tokio::time::timeout(STATUS_TIMEOUT, status_of(&addr)).await else {
+            continue;
+        };
+        answered += 1;
+        let ok = status.leader_id != 0
+            && !skip.contains(&status.leader_id)
+            && cluster.node_pid(status.leader_id).is_some();
+        if !ok || leader.is_some_and(|l| l != status.leader_id) {
+            return None;
+        }
+        leader = Some(status.leader_id);
+    }
+    (answered * 2 > nodes).then_some(leader).flatten()
+}
+
+/// Waits for a leader outside `skip`; returns it.
+pub async fn wait_leader(
+    cluster: &LocalCluster,
+    nodes: u64,
+    skip: &[u64],
+) -> Result<u64, HarnessError> {
+    let start = Instant::now();
+    loop {
+        if let Some(l) = agreed_leader(cluster, nodes, skip).await {
+            return Ok(l);
+        }
+        if start.elapsed() > RECOVERY_DEADLINE {
+            return Err(HarnessError::Timeout {
+                what: format!("a leader outside {skip:?}"),
+                waited_ms: start.elapsed().as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until a leader is agreed and every running node has applied
+/// what the leader had committed when this began: caught up with the
+/// fault's aftermath (under load the indexes rarely stand still).
+pub async fn wait_recovered(cluster: &LocalCluster, nodes: u64) -> Result<(), HarnessError> {
+    let start = Instant::now();
+    // The leader's commit index, asked until a leader answers: the one
+    // just agreed on may lose its place before it does.
+    let commit = loop {
+        let leader = wait_leader(cluster, nodes, &[]).await?;
+        let addr = cluster.addr(leader)?;
+        match tokio::time::timeout(STATUS_TIMEOUT, status_of(&addr)).await {
+            Ok(Ok(s)) if s.leader_id == leader => break s.commit_index,
+            _ if start.elapsed() > RECOVERY_DEADLINE => {
+                return Err(HarnessError::Timeout {
+                    what: format!("leader {leader} to answer"),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                })
+            }
+            _ => tokio::time::sleep(POLL).await,
+        }
+    };
+    loop {
+        let mut behind = Vec::new();
+        for id in (1..=nodes).filter(|id| cluster.node_pid(*id).is_some()) {
+            let addr = cluster.addr(id)?;
+            match tokio::time::timeout(STATUS_TIMEOUT, status_of(&addr)).await {
+                Ok(Ok(s)) if s.applied_index >= commit => {}
+                _ => behind.push(id),
+            }
+        }
+        if behind.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > RECOVERY_DEADLINE {
+            return Err(HarnessError::Timeout {
+                what: format!("nodes {behind:?} to apply index {commit}"),
+                waited_ms: start.elapsed().as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Where faults are injected: the cluster, its size, and the agents' hosts.
+pub struct Target<'a> {
+    pub cluster: &'a mut LocalCluster,
+    pub nodes: u64,
+    pub agents: u32,
+    /// When the workload started, for `at_ms`.
+    pub t0: Instant,
+}
+
+/// Injects one fault and recovers from it. An agent kill is also returned
+/// as its outage, for the host-down check.
+pub async fn inject(
+    target: &mut Target<'_>,
+    kind: FaultKind,
+    rng: &mut Rng,
+) -> Result<(FaultRecord, Option<AgentOutage>), HarnessError> {
+    let nodes = target.nodes;
+    let leader = wait_leader(target.cluster, nodes, &[]).await?;
+    let down_ms = rng.range(300, 1_500);
+    let started = Instant::now();
+    let at_ms = target.t0.elapsed().as_millis() as u64;
+    let mut failover_ms = None;
+    let mut agent_kill = None;
+    let target_text;
+    match kind {
+        FaultKind::KillLeader | FaultKind::KillMinority => {
+            let mut victims = vec![leader];
+            if kind == FaultKind::KillMinority {
+                let followers: Vec<u64> = (1..=nodes).filter(|id| *id != leader).collect();
+                let extra = (nodes as usize - 1) / 2 - 1;
+                for k in 0..extra {
+                    victims.push(followers[(rng.range(0, 1_000) as usize + k) % followers.len()]);
+                }
+                victims.dedup();
+            }
+            for id in &victims {
+                target.cluster.kill_node(*id)?;
+            }
+            wait_leader(target.cluster, nodes, &victims).await?;
+            failover_ms = Some(started.elapsed().as_millis() as u64);
+            tokio::time::sleep(Duration::from_millis(down_ms)).await;
+            target.cluster.start_stopped_nodes()?;
+            target_text = format!("nodes {victims:?}");
+        }
+        FaultKind::KillFollower => {
+            let followers: Vec<u64> = (1..=nodes).filter(|id| *id != leader).collect();
+            let victim = followers[rng.range(0, followers.len() as u64 - 1) as usize];
+            target.cluster.kill_node(victim)?;
+            tokio::time::sleep(Duration::from_millis(down_ms)).await;
+            target.cluster.start_node(victim)?;
+            target_text = format!("node {victim}");
+        }
+        FaultKind::PauseLeader => {
+            let pid = target
+                .cluster
+                .node_pid(leader)
+                .ok_or(HarnessError::NoSuchNode(leader))?;
+            signal(pid, libc::SIGSTOP)?;
+            let paused = Paused(pid);
+            wait_leader(target.cluster, nodes, &[leader]).await?;
+            failover_ms = Some(started.elapsed().as_millis() as u64);
+            let held = started.elapsed();
+            if held < Duration::from_millis(PAUSE_MS) {
+                tokio::time::sleep(Duration::from_millis(PAUSE_MS) - held).await;
+            }
+            drop(paused);
+            target_text = format!("node {leader} for {PAUSE_MS} ms");
+        }
+        FaultKind::RestartAll => {
+            target.cluster.kill_all_nodes()?;
+            target.cluster.start_stopped_nodes()?;
+            wait_leader(target.cluster, nodes, &[]).await?;
+            failover_ms = Some(started.elapsed().as_millis() as u64);
+            target_text = "every node".to_string();
+        }
+        FaultKind::KillAgent => {
+            let i = rng.range(1, u64::from(target.agents)) as u32;
+            let host = LocalCluster::agent_host(i);
+            let killed_ms = epoch_ms();
+            target.cluster.kill_agent(i)?;
+            tokio::time::sleep(Duration::from_millis(down_ms)).await;
+            target.cluster.start_agent(i)?;
+            agent_kill = Some(AgentOutage {
+                host: host.clone(),
+                killed_ms,
+                restarted_ms: epoch_ms(),
+            });
+            target_text = format!("agent of {host} for {down_ms} ms");
+        }
+    }
+    wait_recovered(target.cluster, nodes).await?;
+    Ok((
+        FaultRecord {
+            kind,
+            at_ms,
+            target: target_text,
+            failover_ms,
+            recovered_ms: started.elapsed().as_millis() as u64,
+        },
+        agent_kill,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_meets_every_kind_first_and_is_seeded() {
+        let a = schedule(&mut Rng::new(5), 3, 12);
+        let b = schedule(&mut Rng::new(5), 3, 12);
+        assert_eq!(a, b);
+        let mut first: Vec<FaultKind> = a[..5].to_vec();
+        first.sort_by_key(|k| format!("{k:?}"));
+        first.dedup();
+        assert_eq!(first.len(), 5);
+        assert!(!a.contains(&FaultKind::KillMinority));
+        assert!(schedule(&mut Rng::new(5), 5, 6).contains(&FaultKind::KillMinority));
+    }
+}

@@ -1,0 +1,207 @@
+//! What a chaos drill prints: the faults injected with their failover
+//! times, the operations acknowledged, the jobs' final states and each
+//! invariant's result. Also written as JSON (`--json FILE`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use berth_proto::api::JobState;
+
+use super::checks::{CancelOutcome, FinalJob, Violation};
+use super::faults::FaultRecord;
+use super::workload::SubmitterLog;
+use super::{Digests, DrillOptions};
+
+/// Violations printed per check at most (the JSON has them all).
+const VIOLATIONS_PRINTED_MAX: usize = 10;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CheckResult {
+    pub name: &'static str,
+    pub violations: Vec<Violation>,
+}
+
+impl CheckResult {
+    pub fn new(name: &'static str, violations: Vec<Violation>) -> CheckResult {
+        CheckResult { name, violations }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub nodes: u64,
+    pub agents: u32,
+    pub submitters: u32,
+    pub workload_s: f64,
+    pub faults: Vec<FaultRecord>,
+    /// Failover times (fault → agreed new leader), ms, sorted.
+    pub failover_ms: Vec<u64>,
+    pub submits_sent: usize,
+    pub submits_acked: usize,
+    pub submit_attempts: u64,
+    pub cancels_acked: usize,
+    pub cancels_sent: usize,
+    pub qos_edits_acked: usize,
+    pub qos_edits_sent: usize,
+    pub reads: u64,
+    pub host_samples: u64,
+    pub jobs_by_state: BTreeMap<String, usize>,
+    pub runs_observed: usize,
+    pub torn_marker_lines: usize,
+    /// (node, applied index, digest) of each store at the end.
+    pub digests: Digests,
+    pub checks: Vec<CheckResult>,
+}
+
+impl Report {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(
+        opts: &DrillOptions,
+        workload_s: f64,
+        faults: Vec<FaultRecord>,
+        logs: &[SubmitterLog],
+        jobs: &[FinalJob],
+        host_samples: u64,
+        runs_observed: usize,
+        torn_marker_lines: usize,
+        digests: Digests,
+        checks: Vec<CheckResult>,
+    ) -> Report {
+        let mut failover_ms: Vec<u64> = faults.iter().filter_map(|f| f.failover_ms).collect();
+        failover_ms.sort_unstable();
+        let mut jobs_by_state = BTreeMap::new();
+        for j in jobs {
+            let name = JobState::try_from(j.state)
+                .map_or_else(|_| format!("state {}", j.state), |s| format!("{s:?}"));
+            *jobs_by_state.entry(name).or_insert(0) += 1;
+        }
+        let all = |f: fn(&SubmitterLog) -> usize| logs.iter().map(f).sum::<usize>();
+        Report {
+            seed: opts.seed,
+            nodes: opts.nodes,
+            agents: opts.agents,
+            submitters: opts.submitters,
+            workload_s,
+            faults,
+            failover_ms,
+            submits_sent: all(|l| l.submits.len()),
+            submits_acked: all(|l| l.submits.iter().filter(|s| s.job_id.is_some()).count()),
+            submit_attempts: logs
+                .iter()
+                .flat_map(|l| &l.submits)
+                .map(|s| u64::from(s.attempts))
+                .sum(),
+            cancels_acked: all(|l| {
+                l.cancels
+                    .iter()
+                    .filter(|c| matches!(c.outcome, CancelOutcome::Acked { .. }))
+                    .count()
+            }),
+            cancels_sent: all(|l| l.cancels.len()),
+            qos_edits_acked: all(|l| l.qos_edits.iter().filter(|e| e.acked).count()),
+            qos_edits_sent: all(|l| l.qos_edits.len()),
+            reads: logs.iter().map(|l| l.reads).sum(),
+            host_samples,
+            jobs_by_state,
+            runs_observed,
+            torn_marker_lines,
+            digests,
+            checks,
+        }
+    }
+
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.violations.is_empty())
+    }
+
+    /// The `q`-quantile (0..=1) of the failover times, nearest rank.
+    pub fn failover_quantile_ms(&self, q: f64) -> Option<u64> {
+        if self.failover_ms.is_empty() {
+            return None;
+        }
+        let rank = ((q * self.failover_ms.len() as f64).ceil() as usize).max(1);
+        self.failover_ms.get(rank - 1).copied()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "chaos drill: seed {}, {} nodes, {} agents, {} submitters, workload {:.1} s",
+            self.seed, self.nodes, self.agents, self.submitters, self.workload_s
+        )?;
+        writeln!(f, "faults injected: {}", self.faults.len())?;
+        for (n, fault) in self.faults.iter().enumerate() {
+            let failover = fault
+                .failover_ms
+                .map_or(String::new(), |ms| format!(", new leader after {ms} ms"));
+            writeln!(
+                f,
+                "  {:>3}. +{:>6} ms {:?} ({}){failover}, recovered after {} ms",
+                n + 1,
+                fault.at_ms,
+                fault.kind,
+                fault.target,
+                fault.recovered_ms
+            )?;
+        }
+        if let (Some(p50), Some(p99), Some(max)) = (
+            self.failover_quantile_ms(0.5),
+            self.failover_quantile_ms(0.99),
+            self.failover_ms.last(),
+        ) {
+            writeln!(
+                f,
+                "failover to an agreed leader over {} faults: p50 {p50} ms, p99 {p99} ms, max {max} ms",
+                self.failover_ms.len()
+            )?;
+        }
+        writeln!(
+            f,
+            "operations: submits {} acknowledged of {} ({} attempts), cancels {} of {}, QOS edits {} of {}, reads {}, host samples {}",
+            self.submits_acked,
+            self.submits_sent,
+            self.submit_attempts,
+            self.cancels_acked,
+            self.cancels_sent,
+            self.qos_edits_acked,
+            self.qos_edits_sent,
+            self.reads,
+            self.host_samples
+        )?;
+        let states: Vec<String> = self
+            .jobs_by_state
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect();
+        writeln!(
+            f,
+            "jobs: {} ; runs observed {} ({} torn marker lines)",
+            states.join(", "),
+            self.runs_observed,
+            self.torn_marker_lines
+        )?;
+        let stores: Vec<String> = self
+            .digests
+            .0
+            .iter()
+            .map(|(node, applied, digest)| format!("node {node} @{applied} {digest}"))
+            .collect();
+        writeln!(f, "stores: {}", stores.join(", "))?;
+        writeln!(f, "invariants:")?;
+        for c in &self.checks {
+            let verdict = if c.violations.is_empty() {
+                "ok".to_string()
+            } else {
+                format!("VIOLATED ({})", c.violations.len())
+            };
+            writeln!(f, "  {:<45} {verdict}", c.name)?;
+            for v in c.violations.iter().take(VIOLATIONS_PRINTED_MAX) {
+                writeln!(f, "      {}", v.detail)?;
+            }
+        }
+        write!(f, "result: {}", if self.passed() { "PASS" } else { "FAIL" })
+    }
+}

@@ -1,0 +1,175 @@
+//! Alternative resource sets on a real cluster (3 `berthd` processes, a
+//! real `berth-agent` declaring 4 CPUs, a real job process): a job whose
+//! first set asks more CPUs than any host has runs on its second, the job
+//! records which (`Job.alternative`) and its events name it. Every wait is
+//! a condition with a deadline.
+
+use std::time::Duration;
+
+use berth_chaos::harness::{ClusterOptions, LocalCluster};
+use berth_proto::api::{JobSpec, JobState, ResourceSet, WatchJobEventsRequest};
+
+const LEADER_DEADLINE: Duration = Duration::from_secs(30);
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The job's events so far, as (kind, message).
+async fn events(cluster: &LocalCluster, job_id: u64) -> Vec<(String, String)> {
+    let mut client = cluster.client().await.expect("client");
+    let mut stream = client
+        .watch_job_events(WatchJobEventsRequest {
+            job_id,
+            after_seq: 0,
+            no_follow: true,
+        })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut out = Vec::new();
+    while let Ok(Some(e)) = stream.message().await {
+        out.push((e.kind, e.message));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_on_its_second_set_when_the_first_can_never_fit() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = ClusterOptions {
+        agent_cpus: 4,
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(tmp.path(), &options).expect("start");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("first leader");
+    let marker = tmp.path().join("ran");
+    let spec = JobSpec {
+        name: "alt".into(),
+        user: "tester".into(),
+        command: format!("echo $SLURM_JOB_ID > {}", marker.display()),
+        cpus: 1,
+        alternatives: vec![
+            // More CPUs than the one host has: never fits.
+            ResourceSet {
+                cpus: 64,
+                ..ResourceSet::default()
+            },
+            ResourceSet {
+                cpus: 2,
+                mem_mb: 16,
+                ..ResourceSet::default()
+            },
+        ],
+        ..JobSpec::default()
+    };
+    let job_id = match cluster.submit_retrying("alt-1", spec, DEADLINE).await {
+        Ok(answer) => answer.job_id,
+        Err(e) => panic!("{e}"),
+    };
+    let job = cluster
+        .wait_for_job(job_id, "completed", DEADLINE, |j| {
+            j.state == JobState::Completed as i32
+        })
+        .await;
+    assert_eq!(job.alternative, 2, "{job:?}");
+    let spec = job.spec.clone().unwrap_or_default();
+    assert_eq!(spec.alternatives.len(), 2);
+    assert_eq!(
+        std::fs::read_to_string(&marker).unwrap_or_default().trim(),
+        job_id.to_string()
+    );
+    let seen = events(&cluster, job_id).await;
+    assert!(
+        seen.iter().any(|(kind, message)| kind == "alternative"
+            && message == "Started on alternative 2 of 2 (cpus=2,mem=16M)"),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|(kind, message)| kind == "submitted"
+            && message.contains("(2 alternative resource sets)")),
+        "{seen:?}"
+    );
+
+    // A set the cluster refuses (a partition of its own) changes nothing.
+    let mut client = cluster.client().await.expect("client");
+    let refused = client
+        .submit_job(berth_proto::api::SubmitJobRequest {
+            request_id: "alt-2".into(),
+            spec: Some(JobSpec {
+                user: "tester".into(),
+                command: "true".into(),
+                alternatives: vec![ResourceSet {
+                    partition: "emu".into(),
+                    ..ResourceSet::default()
+                }],
+                ..JobSpec::default()
+            }),
+        })
+        .await
+        .expect_err("refused");
+    assert!(
+        refused
+            .message()
+            .contains("alternative 1: a partition per alternative"),
+        "{refused:?}"
+    );
+}
+
+/// Runs the `berth` CLI against the cluster; its stdout.
+async fn berth(cluster: &LocalCluster, args: &[&str]) -> String {
+    let servers = cluster.servers().join(",");
+    let out = tokio::process::Command::new(berth_chaos::harness::tool("berth").expect("berth"))
+        .args(["--server", &servers])
+        .args(args)
+        .output()
+        .await
+        .expect("run berth");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sbatch_alt_sets_run_and_scontrol_shows_the_chosen_one() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = ClusterOptions {
+        agent_cpus: 4,
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(tmp.path(), &options).expect("start");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("first leader");
+    let out = berth(
+        &cluster,
+        &[
+            "submit",
+            "--parsable",
+            "-c",
+            "2",
+            "--alt=cpus=64",
+            "--alt=mem=8",
+            "--wrap",
+            "true",
+        ],
+    )
+    .await;
+    let job_id: u64 = out.trim().parse().expect("a job id");
+    cluster
+        .wait_for_job(job_id, "completed", DEADLINE, |j| {
+            j.state == JobState::Completed as i32
+        })
+        .await;
+    let shown = berth(&cluster, &["scontrol", "show", "job", &job_id.to_string()]).await;
+    // The second set took the job's own 2 CPUs and its own memory.
+    assert!(
+        shown.contains("   Alternatives=2 AltChosen=2 Alt1=cpus=64,mem=0 Alt2=cpus=2,mem=8M\n"),
+        "{shown}"
+    );
+}

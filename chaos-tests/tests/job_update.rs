@@ -1,0 +1,128 @@
+//! `scontrol update` on a real cluster (3 `berthd` processes, a real
+//! `berth-agent`): a held pending job gets a new time limit and name (the
+//! job shows them, and its history says `Updated: TimeLimit 10:00 ->
+//! 5:00, JobName before -> after`); a running job's limit lowered to 3 s
+//! ends it TIMEOUT about then; a running job's name cannot change. Every
+//! wait is a condition with a deadline.
+
+use std::time::Duration;
+
+use berth_chaos::harness::{ClusterOptions, LocalCluster};
+use berth_proto::api::control_job_request::Action;
+use berth_proto::api::{
+    ControlJobRequest, JobSpec, JobState, UpdateJobRequest, WatchJobEventsRequest,
+};
+
+const LEADER_DEADLINE: Duration = Duration::from_secs(30);
+const DEADLINE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_job_changes_and_a_running_one_gets_a_shorter_limit() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("first leader");
+    let job_id = cluster
+        .submit_retrying(
+            "u",
+            JobSpec {
+                name: "before".into(),
+                user: "tester".into(),
+                command: "sleep 120".into(),
+                cpus: 1,
+                time_limit_s: 600,
+                hold: true,
+                ..Default::default()
+            },
+            DEADLINE,
+        )
+        .await
+        .expect("submit")
+        .job_id;
+    let mut client = cluster.client().await.expect("client");
+    let answer = client
+        .update_job(UpdateJobRequest {
+            job_id,
+            time_limit_s: Some(300),
+            name: Some("after".into()),
+            ..Default::default()
+        })
+        .await
+        .expect("update accepted")
+        .into_inner();
+    assert_eq!(
+        answer.changes,
+        ["TimeLimit 10:00 -> 5:00", "JobName before -> after"]
+    );
+    let job = cluster.get_job(job_id).await.expect("job");
+    let spec = job.spec.expect("spec");
+    assert_eq!((spec.time_limit_s, spec.name.as_str()), (300, "after"));
+    let mut stream = client
+        .watch_job_events(WatchJobEventsRequest {
+            job_id,
+            after_seq: 0,
+            no_follow: true,
+        })
+        .await
+        .expect("events")
+        .into_inner();
+    let mut events = Vec::new();
+    while let Ok(Some(e)) = stream.message().await {
+        events.push(e.message);
+    }
+    assert!(
+        events
+            .iter()
+            .any(|m| m == "Updated: TimeLimit 10:00 -> 5:00, JobName before -> after"),
+        "{events:?}"
+    );
+
+    // Released, it runs; its limit lowered to 3 s ends it TIMEOUT.
+    client
+        .control_job(ControlJobRequest {
+            job_id,
+            action: Action::Release as i32,
+            ..Default::default()
+        })
+        .await
+        .expect("release");
+    let running = cluster
+        .wait_for_job(job_id, "running", DEADLINE, |j| {
+            j.state == JobState::Running as i32
+        })
+        .await;
+    let refused = client
+        .update_job(UpdateJobRequest {
+            job_id,
+            name: Some("again".into()),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a running job keeps its name");
+    assert!(
+        refused.message().contains("no longer pending execution"),
+        "{}",
+        refused.message()
+    );
+    client
+        .update_job(UpdateJobRequest {
+            job_id,
+            time_limit_s: Some(3),
+            ..Default::default()
+        })
+        .await
+        .expect("a lower limit is accepted while it runs");
+    let ended = cluster
+        .wait_for_job(job_id, "TIMEOUT", DEADLINE, |j| {
+            j.state == JobState::Timeout as i32
+        })
+        .await;
+    let ran_ms = ended.end_ms.saturating_sub(running.start_ms);
+    eprintln!("a running job's limit lowered to 3 s: it ended after {ran_ms} ms");
+    assert!(
+        (3_000..30_000).contains(&ran_ms),
+        "ended {ran_ms} ms after its start; the new limit is 3 s (plus the stop)"
+    );
+}

@@ -1,0 +1,246 @@
+//! Alternative resource sets: the submit checks and `apply`'s re-check of
+//! the alternative a plan chose.
+
+use berth_scheduler::{Inventory, JobSpec, JobState, Placement, ResourceSet, Resources};
+
+use super::*;
+use crate::command::Command;
+
+fn apply(s: &mut SmState, command: Command) -> Response {
+    let mut dirty = Dirty::default();
+    s.apply(&command, &mut dirty)
+}
+
+fn register(s: &mut SmState, name: &str, cpus: u32, mem_mb: u64) {
+    apply(
+        s,
+        Command::RegisterHost {
+            name: name.into(),
+            inventory: Inventory::cpu_mem(cpus, mem_mb),
+            agent_restarted: false,
+            running_allocs: Vec::new(),
+            now_ms: 1,
+            drain_reason: String::new(),
+        },
+    );
+}
+
+fn set(cpus: u32, mem_mb: u64) -> ResourceSet {
+    ResourceSet {
+        cpus,
+        mem_mb,
+        ..ResourceSet::default()
+    }
+}
+
+fn spec_with(alternatives: Vec<ResourceSet>) -> JobSpec {
+    JobSpec {
+        user: "alice".into(),
+        command: "true".into(),
+        cpus: 1,
+        alternatives,
+        ..JobSpec::default()
+    }
+}
+
+fn submit(s: &mut SmState, request_id: &str, spec: JobSpec) -> Response {
+    apply(
+        s,
+        Command::SubmitJob {
+            request_id: request_id.into(),
+            spec,
+            now_ms: 10,
+        },
+    )
+}
+
+fn rejected(response: Response) -> String {
+    match response {
+        Response::Rejected { reason } => reason,
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+}
+
+fn plan(s: &mut SmState, job_id: u64, host: &str, resources: Resources, path: usize) -> Response {
+    apply(
+        s,
+        Command::ApplyPlan {
+            snapshot_index: 0,
+            now_ms: 20,
+            starts: vec![Placement {
+                job_id,
+                host: host.into(),
+                resources,
+                partition: String::new(),
+                path,
+            }],
+            evictions: Vec::new(),
+            borrowed: Vec::new(),
+        },
+    )
+}
+
+#[test]
+fn too_many_sets_are_refused_and_nothing_changes() {
+    let mut s = SmState::default();
+    let reason = rejected(submit(&mut s, "r1", spec_with(vec![set(1, 0); 33])));
+    assert!(reason.contains("33 alternative resource sets"), "{reason}");
+    assert!(reason.contains("at most 32"), "{reason}");
+    assert!(s.data.jobs.is_empty());
+    assert!(s.data.request_ids.is_empty());
+    assert!(matches!(
+        submit(&mut s, "r2", spec_with(vec![set(1, 0); 32])),
+        Response::Submitted { .. }
+    ));
+}
+
+#[test]
+fn a_bad_set_is_refused_naming_it() {
+    let mut s = SmState::default();
+    let mut bad = set(1, 0);
+    bad.gres = vec!["gpu:a100:x".into()];
+    let reason = rejected(submit(&mut s, "r1", spec_with(vec![set(1, 0), bad])));
+    assert!(reason.starts_with("alternative 2: "), "{reason}");
+
+    let mut wide = set(1, 0);
+    wide.nodes = 2;
+    let reason = rejected(submit(&mut s, "r2", spec_with(vec![wide])));
+    assert!(
+        reason.contains("alternative 1: jobs on more than one host"),
+        "{reason}"
+    );
+
+    let mut parted = set(1, 0);
+    parted.partition = "emu".into();
+    let reason = rejected(submit(&mut s, "r3", spec_with(vec![set(1, 0), parted])));
+    assert!(
+        reason.contains("alternative 2: a partition per alternative"),
+        "{reason}"
+    );
+    assert!(s.data.jobs.is_empty());
+}
+
+#[test]
+fn the_pass_sees_every_set_as_a_path() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4, 4096);
+    let mut emu = set(2, 512);
+    emu.gres = vec!["emu:zebu:1".into()];
+    submit(&mut s, "r1", spec_with(vec![set(64, 0), emu]));
+    let snapshot = s.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
+    let job = &snapshot.pending[0];
+    assert_eq!(job.alternatives.len(), 2);
+    assert_eq!(job.alternatives[0].per_host.cpus, 64);
+    assert_eq!(job.alternatives[1].per_host.emu, 1);
+    assert_eq!(job.alternatives[1].emu_kind, "zebu");
+}
+
+#[test]
+fn the_recheck_uses_the_chosen_set_and_records_it() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4, 4096);
+    submit(&mut s, "r1", spec_with(vec![set(64, 0), set(2, 512)]));
+    // The first set's request on a path that names the second: dropped.
+    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(64, 0), 1);
+    assert!(
+        matches!(
+            r,
+            Response::PlanApplied {
+                started: 0,
+                dropped: 1,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    // A path the job does not have: dropped.
+    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(2, 512), 2);
+    assert!(
+        matches!(
+            r,
+            Response::PlanApplied {
+                started: 0,
+                dropped: 1,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    // The job's own request (1 cpu) is not one of its paths any more.
+    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(1, 0), 0);
+    assert!(
+        matches!(
+            r,
+            Response::PlanApplied {
+                started: 0,
+                dropped: 1,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    assert_eq!(s.data.jobs[&1].job.state, JobState::Pending);
+    // The second set, named as the second path: placed.
+    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(2, 512), 1);
+    assert!(
+        matches!(
+            r,
+            Response::PlanApplied {
+                started: 1,
+                dropped: 0,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    let record = &s.data.jobs[&1];
+    assert_eq!(record.job.state, JobState::Running);
+    assert_eq!(record.job.alloc.as_ref().map(|a| a.alternative), Some(2));
+    let event = record
+        .events
+        .iter()
+        .find(|e| e.kind == "alternative")
+        .expect("an alternative event");
+    assert_eq!(
+        event.message,
+        "Started on alternative 2 of 2 (cpus=2,mem=512M)"
+    );
+}
+
+#[test]
+fn the_recheck_refuses_a_host_of_another_kind() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4, 4096);
+    let mut emu = set(1, 0);
+    emu.gres = vec!["emu:zebu:1".into()];
+    submit(&mut s, "r1", spec_with(vec![emu]));
+    let mut need = Resources::cpu_mem(1, 0);
+    need.emu = 1;
+    let r = plan(&mut s, 1, "h1", need, 0);
+    assert!(
+        matches!(
+            r,
+            Response::PlanApplied {
+                started: 0,
+                dropped: 1,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_job_without_sets_runs_on_its_own_request_as_path_zero() {
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4, 4096);
+    submit(&mut s, "r1", spec_with(Vec::new()));
+    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(1, 0), 0);
+    assert!(
+        matches!(r, Response::PlanApplied { started: 1, .. }),
+        "{r:?}"
+    );
+    let record = &s.data.jobs[&1];
+    assert_eq!(record.job.alloc.as_ref().map(|a| a.alternative), Some(0));
+    assert!(record.events.iter().all(|e| e.kind != "alternative"));
+}

@@ -1,0 +1,225 @@
+//! `scontrol update JobId=N KEY=VALUE...`: a change to a submitted job's
+//! spec, checked as a submit is (the spec rules, the dependencies' jobs,
+//! the policy: account, QOS, partitions, nice entitlement, submit limits),
+//! and recorded as one job event naming each change
+//! (`Updated: TimeLimit 10:00 -> 5:00`).
+//!
+//! Slurm's rules: a pending job may change any of these keys; a running
+//! one only its time limit; a finished one nothing. Only an administrator
+//! may raise a time limit (or lift it).
+
+use berth_scheduler::{JobId, JobSpec, JobState};
+
+use super::{spec_rules, Dirty, SmState};
+use crate::command::{JobUpdate, Response};
+
+impl SmState {
+    pub(super) fn update_job(
+        &mut self,
+        job_id: JobId,
+        update: &JobUpdate,
+        admin: bool,
+        now_ms: u64,
+        dirty: &mut Dirty,
+    ) -> Response {
+        let refuse = |reason: String| Response::Rejected { reason };
+        let Some(record) = self.data.jobs.get(&job_id) else {
+            return refuse(format!("job {job_id} does not exist"));
+        };
+        if update.is_empty() {
+            return refuse("nothing to update: give at least one KEY=VALUE".into());
+        }
+        match record.job.state {
+            JobState::Pending => {}
+            JobState::Running if update.only_time_limit() => {}
+            JobState::Running => {
+                return refuse(format!(
+                    "job {job_id} is no longer pending execution: only TimeLimit can change while it runs"
+                ))
+            }
+            state => {
+                return refuse(format!(
+                    "job {job_id} is {}: a finished job cannot be changed",
+                    state.slurm_name().to_ascii_lowercase()
+                ))
+            }
+        }
+        let old = record.job.spec.clone();
+        let (new, changes) = match changed_spec(&old, update, admin) {
+            Ok(changed) => changed,
+            Err(reason) => return refuse(reason),
+        };
+        if changes.is_empty() {
+            return Response::JobUpdated { changes };
+        }
+        if let Err(reason) = self.check_updated(job_id, &old, &new) {
+            return refuse(reason);
+        }
+        let policy_touched =
+            old.partitions != new.partitions || old.qos != new.qos || old.nice != new.nice;
+        let new = if policy_touched {
+            match self.resolve_spec(&new, Some(job_id)) {
+                Ok(resolved) => resolved,
+                Err(reason) => return refuse(reason),
+            }
+        } else {
+            new
+        };
+        let Some(record) = self.data.jobs.get_mut(&job_id) else {
+            return refuse(format!("job {job_id} does not exist"));
+        };
+        record.job.spec = new;
+        record.push_event(
+            now_ms,
+            "updated",
+            format!("Updated: {}", changes.join(", ")),
+        );
+        dirty.jobs.insert(job_id);
+        Response::JobUpdated { changes }
+    }
+
+    /// The submit checks a changed spec must pass again.
+    fn check_updated(&self, job_id: JobId, old: &JobSpec, new: &JobSpec) -> Result<(), String> {
+        new.shape()?;
+        spec_rules::validate(new)?;
+        if new.dependency != old.dependency {
+            self.check_dependency_jobs(new)?;
+            let parsed =
+                berth_scheduler::deps::parse(&new.dependency).map_err(|e| e.to_string())?;
+            if parsed.deps.iter().any(|d| d.jobs.contains(&job_id)) {
+                return Err(format!("job {job_id} cannot depend on itself"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The spec with `update` applied, and the change list (`Key old -> new`
+/// for each value that differs). Refuses a user raising the time limit.
+fn changed_spec(
+    old: &JobSpec,
+    update: &JobUpdate,
+    admin: bool,
+) -> Result<(JobSpec, Vec<String>), String> {
+    let mut new = old.clone();
+    let mut changes = Vec::new();
+    let mut note = |key: &str, from: String, to: String| {
+        if from != to {
+            changes.push(format!("{key} {from} -> {to}"));
+        }
+    };
+    if let Some(limit_s) = update.time_limit_s {
+        // 0 is no limit, more than any number.
+        let raises = match (old.time_limit_s, limit_s) {
+            (0, _) => false,
+            (_, 0) => true,
+            (from, to) => to > from,
+        };
+        if raises && !admin {
+            return Err(format!(
+                "Access/permission denied: only an administrator can raise a job's TimeLimit ({} -> {})",
+                limit_text(old.time_limit_s),
+                limit_text(limit_s)
+            ));
+        }
+        note(
+            "TimeLimit",
+            limit_text(old.time_limit_s),
+            limit_text(limit_s),
+        );
+        new.time_limit_s = limit_s;
+    }
+    if let Some(partitions) = &update.partitions {
+        if partitions.iter().any(|p| p.trim().is_empty()) {
+            return Err("Partition: an empty partition name".into());
+        }
+        note(
+            "Partition",
+            list_text(&old.partitions),
+            list_text(partitions),
+        );
+        new.partitions = partitions.clone();
+    }
+    if let Some(qos) = &update.qos {
+        note("QOS", old.qos.clone(), qos.clone());
+        new.qos = qos.clone();
+    }
+    if let Some(nice) = update.nice {
+        note("Nice", old.nice.to_string(), nice.to_string());
+        new.nice = nice;
+    }
+    if let Some(dependency) = &update.dependency {
+        let canonical = if dependency.trim().is_empty() {
+            String::new()
+        } else {
+            berth_scheduler::deps::parse(dependency)
+                .map_err(|e| e.to_string())?
+                .to_string()
+        };
+        note("Dependency", or_none(&old.dependency), or_none(&canonical));
+        new.dependency = canonical;
+    }
+    if let Some(begin_ms) = update.begin_ms {
+        note("StartTime", begin_text(old.begin_ms), begin_text(begin_ms));
+        new.begin_ms = begin_ms;
+    }
+    if let Some(name) = &update.name {
+        if name.is_empty() {
+            return Err("Name: a job name cannot be empty".into());
+        }
+        note("JobName", old.name.clone(), name.clone());
+        new.name = name.clone();
+    }
+    if let Some(comment) = &update.comment {
+        note("Comment", or_none(&old.comment), or_none(comment));
+        new.comment = comment.clone();
+    }
+    if let Some(features) = &update.features {
+        note("Features", list_text(&old.features), list_text(features));
+        new.features = features.clone();
+    }
+    Ok((new, changes))
+}
+
+/// A time limit as Slurm prints one: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`, or
+/// `UNLIMITED` for none.
+pub(super) fn limit_text(limit_s: u64) -> String {
+    if limit_s == 0 {
+        return "UNLIMITED".into();
+    }
+    let (days, rest) = (limit_s / 86_400, limit_s % 86_400);
+    let (h, m, s) = (rest / 3_600, rest % 3_600 / 60, rest % 60);
+    if days > 0 {
+        format!("{days}-{h:02}:{m:02}:{s:02}")
+    } else if h > 0 {
+        format!("{h}:{m:02}:{s:02}")
+    } else {
+        format!("{m}:{s:02}")
+    }
+}
+
+fn list_text(items: &[String]) -> String {
+    if items.is_empty() {
+        "(null)".into()
+    } else {
+        items.join(",")
+    }
+}
+
+fn or_none(text: &str) -> String {
+    if text.is_empty() {
+        "(null)".into()
+    } else {
+        text.to_string()
+    }
+}
+
+/// A begin time in the event: ms since the epoch as a UTC date would need
+/// a calendar here (apply stays free of them); `now` for 0.
+fn begin_text(begin_ms: u64) -> String {
+    if begin_ms == 0 {
+        "now".into()
+    } else {
+        format!("@{}", begin_ms / 1000)
+    }
+}

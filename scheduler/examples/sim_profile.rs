@@ -1,0 +1,105 @@
+//! Times the simulator and the pass without the CLI, for profiling
+//! (`valgrind --tool=callgrind`, `perf`): the library reads no files or
+//! clock, so this example does both.
+//!
+//! ```text
+//! cargo run --release -p berth-scheduler --example sim_profile -- swf TRACE.swf CPUS_PER_NODE [fcfs] [MAX_JOBS]
+//! cargo run --release -p berth-scheduler --example sim_profile -- bench PENDING HOSTS [PASSES]
+//! ```
+//! The trace must be uncompressed (`zcat trace.swf.gz > trace.swf`).
+
+use std::time::Instant;
+
+use berth_scheduler::schedule;
+use berth_scheduler::sim::bench::{bench_policy, bench_snapshot, BENCH_NOW_MS};
+use berth_scheduler::sim::swf::{run_swf, summary_line, SwfOptions};
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
+    args.get(i)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("argument {i}: expected {what}"))
+}
+
+/// Nanoseconds this thread has spent on a CPU (Linux `schedstat`): unlike
+/// wall time it does not count time spent waiting for a CPU, so it stays
+/// meaningful on a loaded machine.
+fn thread_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("swf") => {
+            let path = &args[2];
+            let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let options = SwfOptions {
+                cpus_per_node: arg(&args, 3, "CPUs per node"),
+                hosts: None,
+                backfill: args.get(4).is_none_or(|p| p != "fcfs"),
+                max_jobs: args.get(5).map(|_| arg(&args, 5, "a job count")),
+            };
+            let started = Instant::now();
+            let run = run_swf(&text, path, &options).unwrap_or_else(|e| panic!("{e}"));
+            let wall_ms = started.elapsed().as_millis() as u64;
+            println!(
+                "{}",
+                summary_line(&run, wall_ms).unwrap_or_else(|e| panic!("{e}"))
+            );
+        }
+        Some("bench") => {
+            let pending: usize = arg(&args, 2, "pending jobs");
+            let hosts: usize = arg(&args, 3, "hosts");
+            let passes: usize = args.get(4).map_or(10, |_| arg(&args, 4, "passes"));
+            let snapshot = bench_snapshot(pending, hosts, 1);
+            let policy = bench_policy();
+            let mut times_ms = Vec::new();
+            let mut cpu_ms = Vec::new();
+            let mut started_n = 0;
+            for _ in 0..passes {
+                let cpu_before = thread_cpu_ns();
+                let started = Instant::now();
+                let plan = schedule(&snapshot, &policy, BENCH_NOW_MS);
+                times_ms.push(started.elapsed().as_secs_f64() * 1e3);
+                if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
+                    cpu_ms.push(b.saturating_sub(a) as f64 / 1e6);
+                }
+                started_n = plan.starts.len() + plan.gang_starts.len();
+            }
+            times_ms.sort_by(f64::total_cmp);
+            // The kernel brings schedstat up to date at ticks and switches,
+            // so single passes read coarsely; the mean over many does not.
+            if !cpu_ms.is_empty() {
+                let mean = cpu_ms.iter().sum::<f64>() / cpu_ms.len() as f64;
+                println!("cpu mean {mean:.3} ms over {} passes", cpu_ms.len());
+            }
+            if std::env::var_os("SIM_PROFILE_REASONS").is_some() {
+                let plan = schedule(&snapshot, &policy, BENCH_NOW_MS);
+                // FNV-1a over the plan's JSON: equal digests, equal plans.
+                let json = serde_json::to_string(&plan).unwrap_or_default();
+                let digest = json.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                    (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+                });
+                println!("plan digest {digest:016x} ({} bytes)", json.len());
+                let mut counts = std::collections::BTreeMap::new();
+                for r in plan.reasons.values() {
+                    *counts.entry(r.code()).or_insert(0u32) += 1;
+                }
+                println!(
+                    "reasons {counts:?}, reservations {}, backfilled {}",
+                    plan.reservations.len(),
+                    plan.backfilled.len()
+                );
+            }
+            println!(
+                "pending {pending} hosts {hosts}: p50 {:.3} ms, min {:.3} ms, started {started_n}",
+                times_ms[(times_ms.len() - 1) / 2],
+                times_ms[0]
+            );
+        }
+        _ => panic!(
+            "usage: sim_profile swf TRACE CPUS [fcfs] [MAX_JOBS] | bench PENDING HOSTS [PASSES]"
+        ),
+    }
+}
