@@ -146,11 +146,15 @@ async fn sbatch_alt_sets_run_and_scontrol_shows_the_chosen_one() {
         .wait_for_leader(LEADER_DEADLINE)
         .await
         .expect("first leader");
+    // The job's output goes to the test's directory, not the CLI's cwd.
+    let workdir = tmp.path().to_str().expect("utf-8 path");
     let out = berth(
         &cluster,
         &[
             "submit",
             "--parsable",
+            "-D",
+            workdir,
             "-c",
             "2",
             "--alt=cpus=64",

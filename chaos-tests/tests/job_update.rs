@@ -1,7 +1,8 @@
 //! `scontrol update` on a real cluster (3 `berthd` processes, a real
 //! `berth-agent`): a held pending job gets a new time limit and name (the
 //! job shows them, and its history says `Updated: TimeLimit 10:00 ->
-//! 5:00, JobName before -> after`); a running job's limit lowered to 3 s
+//! 5:00, JobName before -> after`) and an administrator's fixed priority
+//! (`Priority=5000`); a running job's limit lowered to 3 s
 //! ends it TIMEOUT about then; a running job's name cannot change. Every
 //! wait is a condition with a deadline.
 
@@ -79,7 +80,24 @@ async fn a_pending_job_changes_and_a_running_one_gets_a_shorter_limit() {
         "{events:?}"
     );
 
-    // Released, it runs; its limit lowered to 3 s ends it TIMEOUT.
+    // An administrator (every caller, without auth) fixes its priority:
+    // the next pass shows that total in place of multifactor's.
+    let answer = client
+        .update_job(UpdateJobRequest {
+            job_id,
+            priority: Some(5000),
+            ..Default::default()
+        })
+        .await
+        .expect("priority accepted")
+        .into_inner();
+    assert_eq!(answer.changes, ["Priority multifactor -> 5000"]);
+    cluster
+        .wait_for_job(job_id, "priority 5000", DEADLINE, |j| j.priority == 5000)
+        .await;
+
+    // Released, it runs (and is back under multifactor); its limit
+    // lowered to 3 s ends it TIMEOUT.
     client
         .control_job(ControlJobRequest {
             job_id,

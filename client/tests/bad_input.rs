@@ -92,7 +92,14 @@ fn the_server_list_comes_from_the_environment() {
 
 /// The binary under another name, through a symlink in a fresh directory.
 fn linked_as(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("berth-client-test-{}-{name}", std::process::id()));
+    // Tests run in parallel: each call gets its own directory, so one test
+    // never removes the link another is about to run.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!(
+        "berth-client-test-{}-{call}-{name}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let link = dir.join(name);
     let _ = std::fs::remove_file(&link);

@@ -315,6 +315,7 @@ impl BerthApi for ApiService {
             name: req.name.clone(),
             comment: req.comment.clone(),
             features: req.set_features.then(|| req.features.clone()),
+            priority: req.priority,
         };
         match self
             .node

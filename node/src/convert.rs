@@ -165,6 +165,7 @@ pub fn priority_to_proto(record: &JobRecord, b: &PriorityBreakdown) -> api::Prio
         assoc: b.assoc,
         nice: b.nice,
         site: b.account.saturating_add(b.user),
+        fixed: b.fixed,
     }
 }
 

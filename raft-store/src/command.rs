@@ -54,6 +54,11 @@ pub struct JobUpdate {
     /// `Features=`: replaces the list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub features: Option<Vec<String>>,
+    /// `Priority=`: N > 0 fixes the job's priority at N (administrators
+    /// only; clears its nice); 0 holds it, as Slurm does. Added in command
+    /// version 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
 }
 
 impl JobUpdate {
@@ -94,8 +99,10 @@ impl JobUpdate {
 /// version-7 node would drop them and never place a constrained job);
 /// 9 = `SubmitJob`'s spec carries `alternatives` and a placement's `path`
 /// picks one (a version-8 node would drop them and place the job's own
-/// request instead).
-pub const COMMAND_VERSION: u32 = 9;
+/// request instead); 10 = `UpdateJob` carries `priority` (`scontrol
+/// update Priority=`; a version-9 node would drop it and answer that
+/// nothing changed).
+pub const COMMAND_VERSION: u32 = 10;
 
 /// One Raft log payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -330,6 +330,7 @@ impl SmState {
                 dependency: deps.status(r).reason(),
                 array: array::task_of(&r.job.spec),
                 room_freed: room_freed.contains(&r.job.id),
+                admin_priority: r.job.admin_priority,
                 ..policy_apply::pending_of(&r.job.spec)
             })
             .collect();
@@ -551,6 +552,7 @@ impl SmState {
                 reclaims: 0,
                 evicted: None,
                 room_freed_ms: 0,
+                admin_priority: 0,
             },
             events: Vec::new(),
             events_total: 0,

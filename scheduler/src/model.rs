@@ -447,6 +447,12 @@ pub struct Job {
     /// since this job last started): the room is this job's first.
     #[serde(default)]
     pub room_freed_ms: u64,
+    /// A priority fixed by an administrator (`scontrol update
+    /// Priority=N`): it replaces the multifactor total until the job is
+    /// held and released; 0 = none, multifactor manages it. Added in
+    /// command version 10.
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
+    pub admin_priority: u32,
 }
 
 /// A committed eviction of a running job, for whom and how.

@@ -131,6 +131,14 @@ pub struct PendingJob {
     /// (kept by the caller from earlier plans; for `max_reserve_time_s`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub multipath_since_ms: Option<u64>,
+    /// A priority an administrator fixed (`scontrol update Priority=N`):
+    /// the job's total, in place of the multifactor sum; 0 = none.
+    #[serde(skip_serializing_if = "u32_is_zero")]
+    pub admin_priority: u32,
+}
+
+fn u32_is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl PendingJob {

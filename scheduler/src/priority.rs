@@ -40,12 +40,37 @@ pub struct PriorityBreakdown {
     /// Minus the job's nice.
     pub nice: i64,
     pub total: i64,
+    /// An administrator fixed the total (`scontrol update Priority=N`);
+    /// the parts are then all 0.
+    #[serde(default)]
+    pub fixed: bool,
 }
 
 impl PriorityBreakdown {
+    /// An administrator's fixed priority: the total, no parts.
+    pub fn fixed_at(job_id: JobId, priority: u32) -> PriorityBreakdown {
+        PriorityBreakdown {
+            job_id,
+            age: 0,
+            fairshare: 0,
+            job_size: 0,
+            partition: 0,
+            qos: 0,
+            assoc: 0,
+            account: 0,
+            user: 0,
+            nice: 0,
+            total: i64::from(priority),
+            fixed: true,
+        }
+    }
+
     /// "Priority set (age: 3, fairshare: 0, ..., account: 5, user: 1, nice: 0)":
     /// the job event text.
     pub fn event_text(&self) -> String {
+        if self.fixed {
+            return format!("Priority set by an administrator: {}", self.total);
+        }
         format!(
             "Priority set (age: {}, fairshare: {}, job_size: {}, partition: {}, qos: {}, \
              assoc: {}, account: {}, user: {}, nice: {})",
@@ -396,6 +421,10 @@ pub fn priorities(
     // trace replay: all of them); their looked-up inputs are reused.
     let mut previous: Option<(&PendingJob, i64, Option<AccountInputs>, u32, u32)> = None;
     for job in &snapshot.pending {
+        if job.admin_priority > 0 {
+            out.push(PriorityBreakdown::fixed_at(job.id, job.admin_priority));
+            continue;
+        }
         let same_as_previous = previous.filter(|(p, ..)| {
             same_str(&p.user, &job.user)
                 && same_str(&p.account, &job.account)
@@ -514,6 +543,7 @@ pub fn priorities(
             user,
             nice,
             total,
+            fixed: false,
         });
     }
     out
@@ -947,6 +977,7 @@ mod tests {
                 user: 1,
                 nice: -3,
                 total: 5 + 1000 + 50 + 250 + 250 + 60 + 5 + 1 - 3,
+                fixed: false,
             }
         );
         assert_eq!(
@@ -964,6 +995,7 @@ mod tests {
                 user: 0,
                 nice: 0,
                 total: 5 + 250 + 25 + 1000 + 1000 + 100 + 10,
+                fixed: false,
             }
         );
     }
@@ -1005,6 +1037,26 @@ mod tests {
         };
         let got: Vec<i64> = breakdowns(&s, &w, 10).iter().map(|b| b.age).collect();
         assert_eq!(got, vec![7, 0]);
+    }
+
+    #[test]
+    fn an_admin_fixed_priority_replaces_the_multifactor_total() {
+        let mut s = site();
+        let mut fixed = job(1, "bob", "b", 0);
+        fixed.admin_priority = 5000;
+        fixed.nice = 10;
+        s.pending = vec![fixed, job(2, "bob", "b", 0)];
+        let got = breakdowns(&s, &weights(), 0);
+        assert_eq!(got[0], PriorityBreakdown::fixed_at(1, 5000));
+        assert_eq!(
+            got[0].event_text(),
+            "Priority set by an administrator: 5000"
+        );
+        assert!(!got[1].fixed);
+        assert!(got[1].total < 5000, "{:?}", got[1]);
+        let served = BTreeMap::new();
+        let catalog = Catalog::new(&s);
+        assert_eq!(queue_order(&s.pending, &got, &served, &catalog), vec![0, 1]);
     }
 
     #[test]
@@ -1100,6 +1152,7 @@ mod tests {
             user: 1,
             nice: -2,
             total: 32,
+            fixed: false,
         };
         assert_eq!(
             b.event_text(),
@@ -1122,6 +1175,7 @@ mod tests {
             user: 1,
             nice: 0,
             total: 9,
+            fixed: false,
         };
         let mut new = old.clone();
         new.age = 4;
@@ -1158,6 +1212,7 @@ mod tests {
                 user: 0,
                 nice: 0,
                 total,
+                fixed: false,
             })
             .collect()
     }

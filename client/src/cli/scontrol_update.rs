@@ -1,8 +1,9 @@
 //! `scontrol update JobId=N KEY=VALUE...`: Slurm's keys (any case), each
 //! value read as sbatch reads the same option, sent as one `UpdateJob`.
 //! The cluster checks the new spec as it checks a submit and answers what
-//! changed. `Priority=` is refused by name: a Berth job has no fixed
-//! priority to set (it comes from the multifactor inputs).
+//! changed. `Priority=N` (administrators) fixes a job's priority in
+//! place of multifactor until it is held and released; `Priority=0` holds
+//! it, as in Slurm.
 
 use super::submit::{parse_constraint, parse_dependency};
 use super::{ids::parse_job_id, output, GlobalArgs};
@@ -37,10 +38,7 @@ pub fn parse_update(words: &[String], now_ms: u64) -> Result<UpdateJobRequest> {
                     Some(parse_time_limit(value).map_err(|e| invalid("TimeLimit", e.to_string()))?)
             }
             "partition" => {
-                let list: Vec<String> = value
-                    .split(',')
-                    .map(|p| p.trim().to_string())
-                    .collect();
+                let list: Vec<String> = value.split(',').map(|p| p.trim().to_string()).collect();
                 if list.iter().any(String::is_empty) {
                     return Err(invalid("Partition", "an empty partition name".into()));
                 }
@@ -69,8 +67,9 @@ pub fn parse_update(words: &[String], now_ms: u64) -> Result<UpdateJobRequest> {
                 })
             }
             "starttime" | "begintime" => {
-                request.begin_ms =
-                    Some(parse_begin(value, now_ms).map_err(|e| invalid("StartTime", e.to_string()))?)
+                request.begin_ms = Some(
+                    parse_begin(value, now_ms).map_err(|e| invalid("StartTime", e.to_string()))?,
+                )
             }
             "name" | "jobname" => {
                 if value.is_empty() {
@@ -87,9 +86,14 @@ pub fn parse_update(words: &[String], now_ms: u64) -> Result<UpdateJobRequest> {
                     parse_constraint(value)?
                 };
             }
-            "priority" => bail!(
-                "Priority={value} is not supported by Berth: a job has no fixed priority; it comes from its QOS, account, partition, age, fair share and Nice= (which update can change)"
-            ),
+            "priority" => {
+                request.priority = Some(value.trim().parse::<u32>().map_err(|_| {
+                    invalid(
+                        "Priority",
+                        "expected a whole number from 0 to 4294967295".into(),
+                    )
+                })?)
+            }
             _ => bail!("Update of this parameter is not supported: {word}"),
         }
     }
@@ -103,7 +107,8 @@ pub fn parse_update(words: &[String], now_ms: u64) -> Result<UpdateJobRequest> {
         || request.begin_ms.is_some()
         || request.name.is_some()
         || request.comment.is_some()
-        || request.set_features;
+        || request.set_features
+        || request.priority.is_some();
     if !changes_something {
         bail!("No changes specified for job {}", request.job_id);
     }
@@ -211,7 +216,20 @@ mod tests {
             error(&["JobId=1", "Partition=a,,b"]),
             "Invalid Partition specification: a,,b: an empty partition name"
         );
-        assert!(error(&["JobId=1", "Priority=10"]).starts_with("Priority=10 is not supported"));
+        assert_eq!(
+            error(&["JobId=1", "Priority=high"]),
+            "Invalid Priority specification: high: expected a whole number from 0 to 4294967295"
+        );
+        assert_eq!(
+            parse(&["JobId=1", "priority=5000"])
+                .expect("valid")
+                .priority,
+            Some(5000)
+        );
+        assert_eq!(
+            parse(&["JobId=1", "Priority=0"]).expect("valid").priority,
+            Some(0)
+        );
         assert_eq!(
             error(&["TimeLimit=5"]),
             "No job identification provided: give JobId=N"

@@ -254,6 +254,7 @@ fn to_json(rows: &[PriorityFactors]) -> Value {
                 "account": p.account,
                 "partition": partition_of(p),
                 "priority": p.total,
+                "fixed": p.fixed,
                 "site": p.site,
                 "age": p.age,
                 "assoc": p.assoc,
@@ -345,6 +346,7 @@ mod tests {
             assoc: 0,
             nice: 0,
             site: 0,
+            fixed: false,
         }
     }
 

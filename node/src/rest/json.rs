@@ -461,6 +461,8 @@ pub struct UpdateJobJson {
     pub name: Option<String>,
     pub comment: Option<String>,
     pub features: Option<Vec<String>>,
+    /// N > 0 fixes the priority (administrators); 0 holds the job.
+    pub priority: Option<u32>,
 }
 
 impl UpdateJobJson {
@@ -478,6 +480,7 @@ impl UpdateJobJson {
             comment: self.comment,
             set_features: self.features.is_some(),
             features: self.features.unwrap_or_default(),
+            priority: self.priority,
         }
     }
 }

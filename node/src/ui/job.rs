@@ -71,7 +71,13 @@ pub fn render(view: &JobView, now_ms: u64) -> Markup {
         @if let Some(p) = &view.priority {
             h2 #priority { "Priority breakdown" }
             table.compact #priority-factors {
-                caption.note { "The parts of its priority at the last scheduling pass (sprio)." }
+                caption.note {
+                    @if p.fixed {
+                        "Fixed by an administrator (scontrol update Priority=); a hold and release gives it back to multifactor."
+                    } @else {
+                        "The parts of its priority at the last scheduling pass (sprio)."
+                    }
+                }
                 thead { tr {
                     @for h in ["Total", "Age", "Fair share", "Job size", "Partition", "QOS", "Association", "Site", "Nice"] {
                         th scope="col" class="num" { (h) }

@@ -59,7 +59,15 @@ impl SmState {
                 }
                 record.job.admin_hold = false;
                 record.job.spec.hold = false;
-                record.push_event(now_ms, "released", "Released".into());
+                // Slurm's way back to multifactor after `Priority=N`:
+                // hold, then release.
+                let text = if record.job.admin_priority > 0 {
+                    record.job.admin_priority = 0;
+                    "Released; its priority is multifactor again"
+                } else {
+                    "Released"
+                };
+                record.push_event(now_ms, "released", text.into());
             }
             JobAction::Requeue { hold } => match state {
                 JobState::Pending => return refuse("it is already queued"),

@@ -6,7 +6,9 @@
 //!
 //! Slurm's rules: a pending job may change any of these keys; a running
 //! one only its time limit; a finished one nothing. Only an administrator
-//! may raise a time limit (or lift it).
+//! may raise a time limit (or lift it), or fix a job's priority
+//! (`Priority=N`, which clears its nice and takes it out of multifactor
+//! until it is held and released); `Priority=0` holds the job.
 
 use berth_scheduler::{JobId, JobSpec, JobState};
 
@@ -45,10 +47,15 @@ impl SmState {
             }
         }
         let old = record.job.spec.clone();
-        let (new, changes) = match changed_spec(&old, update, admin) {
+        let (mut new, mut changes) = match changed_spec(&old, update, admin) {
             Ok(changed) => changed,
             Err(reason) => return refuse(reason),
         };
+        let priority = match priority_change(record.job.admin_priority, &mut new, update, admin) {
+            Ok(change) => change,
+            Err(reason) => return refuse(reason),
+        };
+        changes.extend(priority.note.iter().cloned());
         if changes.is_empty() {
             return Response::JobUpdated { changes };
         }
@@ -69,6 +76,12 @@ impl SmState {
             return refuse(format!("job {job_id} does not exist"));
         };
         record.job.spec = new;
+        match priority.set {
+            Some(PrioritySet::Fixed(value)) => record.job.admin_priority = value,
+            Some(PrioritySet::Hold) if admin => record.job.admin_hold = true,
+            Some(PrioritySet::Hold) => record.job.spec.hold = true,
+            None => {}
+        }
         record.push_event(
             now_ms,
             "updated",
@@ -179,6 +192,63 @@ fn changed_spec(
         new.features = features.clone();
     }
     Ok((new, changes))
+}
+
+/// What `Priority=` does to a job beside its spec.
+enum PrioritySet {
+    /// Fix its priority at this value (> 0).
+    Fixed(u32),
+    /// Hold it (an administrator's hold when an administrator asked).
+    Hold,
+}
+
+#[derive(Default)]
+struct PriorityChange {
+    set: Option<PrioritySet>,
+    /// The change-list entry, when something changes.
+    note: Option<String>,
+}
+
+/// `Priority=` on a job whose fixed priority is `fixed_now` (0 = none):
+/// an administrator's value > 0 fixes it and clears the nice in `new`;
+/// 0 holds the job. Anyone else may only hold (Slurm lets users lower,
+/// never raise, and a Berth priority has no fixed value to compare with).
+fn priority_change(
+    fixed_now: u32,
+    new: &mut JobSpec,
+    update: &JobUpdate,
+    admin: bool,
+) -> Result<PriorityChange, String> {
+    let Some(value) = update.priority else {
+        return Ok(PriorityChange::default());
+    };
+    if value == 0 {
+        return Ok(PriorityChange {
+            set: Some(PrioritySet::Hold),
+            note: Some("Priority -> 0 (held)".into()),
+        });
+    }
+    if !admin {
+        return Err(format!(
+            "Access/permission denied: only an administrator can set a job's Priority ({value}); Nice= lowers it, Priority=0 holds it"
+        ));
+    }
+    if update.nice.is_some() {
+        return Err("Priority= and Nice= together: a fixed priority clears the nice".into());
+    }
+    if value == fixed_now && new.nice == 0 {
+        return Ok(PriorityChange::default());
+    }
+    new.nice = 0;
+    let from = if fixed_now == 0 {
+        "multifactor".to_string()
+    } else {
+        fixed_now.to_string()
+    };
+    Ok(PriorityChange {
+        set: Some(PrioritySet::Fixed(value)),
+        note: Some(format!("Priority {from} -> {value}")),
+    })
 }
 
 /// A time limit as Slurm prints one: `M:SS`, `H:MM:SS`, `D-HH:MM:SS`, or

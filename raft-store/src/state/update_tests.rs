@@ -234,6 +234,78 @@ fn only_an_admin_raises_a_time_limit() {
 }
 
 #[test]
+fn an_admin_fixes_a_priority_until_the_job_is_held_and_released() {
+    let mut s = state();
+    let mut niced = spec("a");
+    niced.nice = 7;
+    let a = submit(&mut s, "a", niced);
+    let priority = |p: u32| JobUpdate {
+        priority: Some(p),
+        ..JobUpdate::default()
+    };
+    assert_eq!(
+        refused(&mut s, a, priority(5000), false),
+        "Access/permission denied: only an administrator can set a job's Priority (5000); Nice= lowers it, Priority=0 holds it"
+    );
+    let both = JobUpdate {
+        nice: Some(1),
+        ..priority(5000)
+    };
+    assert!(refused(&mut s, a, both, true).starts_with("Priority= and Nice= together"));
+    assert_eq!(
+        update(&mut s, a, priority(5000), true),
+        Response::JobUpdated {
+            changes: vec!["Priority multifactor -> 5000".into()]
+        }
+    );
+    let record = s.job(a).expect("job");
+    assert_eq!((record.job.admin_priority, record.job.spec.nice), (5000, 0));
+    let snapshot = s.scheduler_snapshot(|_| HostState::Up);
+    assert_eq!(snapshot.pending[0].admin_priority, 5000);
+    // The same value again changes nothing; another value names both.
+    assert_eq!(
+        update(&mut s, a, priority(5000), true),
+        Response::JobUpdated { changes: vec![] }
+    );
+    assert_eq!(
+        update(&mut s, a, priority(10), true),
+        Response::JobUpdated {
+            changes: vec!["Priority 5000 -> 10".into()]
+        }
+    );
+
+    // Priority=0 holds: the user's own hold, or an administrator's.
+    assert_eq!(
+        update(&mut s, a, priority(0), false),
+        Response::JobUpdated {
+            changes: vec!["Priority -> 0 (held)".into()]
+        }
+    );
+    let record = s.job(a).expect("job");
+    assert!(record.job.spec.hold && !record.job.admin_hold);
+    let b = submit(&mut s, "b", spec("b"));
+    update(&mut s, b, priority(0), true);
+    assert!(s.job(b).expect("job").job.admin_hold);
+
+    // Released, job a is back under multifactor.
+    let r = s.apply(
+        &Command::ControlJob {
+            job_id: a,
+            action: crate::JobAction::Release { admin: false },
+            now_ms: 6_000,
+        },
+        &mut Dirty::default(),
+    );
+    assert_eq!(r, Response::JobControlled);
+    let record = s.job(a).expect("job");
+    assert_eq!(record.job.admin_priority, 0);
+    assert_eq!(
+        record.events.last().map(|e| e.message.as_str()),
+        Some("Released; its priority is multifactor again")
+    );
+}
+
+#[test]
 fn a_running_job_changes_only_its_time_limit_and_a_finished_one_nothing() {
     let mut s = state();
     let a = submit(&mut s, "a", spec("a"));
