@@ -1,7 +1,9 @@
 //! Authentication and authorization on a real cluster run with auth on:
 //! nodes reach each other and the agent registers with the cluster secret;
 //! an unauthenticated caller gets nothing; users act only on their own
-//! jobs; policy changes need the admin role; tokens expire.
+//! jobs; policy changes need the admin role; tokens expire. The web UI
+//! applies the same authentication, and with `[ui] private_job_details`
+//! shows a job's details to its owner and admins only.
 
 use std::time::{Duration, Instant};
 
@@ -176,4 +178,72 @@ async fn only_authenticated_and_authorized_callers_are_served() {
         .await
         .expect_err("register without the cluster secret");
     assert_eq!(reg.code(), Code::Unauthenticated);
+}
+
+/// A UI page from node 1 as the holder of `token` (cookie; None: none).
+fn ui_page(cluster: &LocalCluster, path: &str, token: Option<&str>) -> (u16, String) {
+    let cookie = token.map(|t| format!("berth_token={t}"));
+    let headers: Vec<(&str, &str)> = cookie.iter().map(|c| ("Cookie", c.as_str())).collect();
+    cluster
+        .http_request_with_headers(1, "GET", path, &headers, "")
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_web_ui_needs_a_token_and_keeps_private_details_private() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = ClusterOptions {
+        auth: true,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = LocalCluster::configure(tmp.path(), &options).expect("configure");
+    cluster
+        .append_node_toml("[ui]\nprivate_job_details = true")
+        .expect("ui config");
+    cluster.start_all().expect("start");
+    cluster.wait_for_leader(DEADLINE).await.expect("leader");
+    let bob_token = cluster.token("bob", false, 3600).expect("token");
+    let eve_token = cluster.token("eve", false, 3600).expect("token");
+    let admin_token = cluster.token("root", true, 3600).expect("token");
+    let mut bob = client(&cluster, Some(&bob_token)).await;
+    let secret_command = "sleep 31 # bob-private-command";
+    let job = submit(&mut bob, "bob-ui", spec("bob", secret_command))
+        .await
+        .expect("bob submits");
+
+    // No token: a sign-in page with 401, and none of the queue.
+    let (status, page) = ui_page(&cluster, "/ui/queue", None);
+    assert_eq!(status, 401, "{page:.400}");
+    assert!(page.contains("Sign-in needed"), "{page:.400}");
+    assert!(!page.contains(&format!("/ui/jobs/{job}")), "{page:.400}");
+
+    // Any user sees every job's public fields in the queue.
+    let job_link = format!("<a href=\"/ui/jobs/{job}\">{job}</a>");
+    let start = Instant::now();
+    loop {
+        let (status, page) = ui_page(&cluster, "/ui/queue", Some(&eve_token));
+        if status == 200 && page.contains(&job_link) {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "eve's queue never listed job {job}: {status} {page:.400}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The job's details: its owner and an admin, not eve.
+    let path = format!("/ui/jobs/{job}");
+    let (status, page) = ui_page(&cluster, &path, Some(&eve_token));
+    assert_eq!(status, 200, "{page:.400}");
+    assert!(
+        page.contains("private to its owner (bob) and admins"),
+        "{page:.600}"
+    );
+    assert!(!page.contains("bob-private-command"), "{page:.600}");
+    for token in [&bob_token, &admin_token] {
+        let (status, page) = ui_page(&cluster, &path, Some(token));
+        assert_eq!(status, 200, "{page:.400}");
+        assert!(page.contains("bob-private-command"), "{page:.600}");
+    }
 }
