@@ -281,8 +281,17 @@ async fn adopted_job_is_stopped_with_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let ctx = ctx_with(dir.path(), None);
     let (tx, mut rx) = mpsc::channel(8);
-    let _h = runner::spawn(assignment(6, "sleep 1000"), ctx.clone(), tx);
+    let _h = runner::spawn(
+        assignment(6, "echo up > ready; exec sleep 1000"),
+        ctx.clone(),
+        tx,
+    );
     expect_started(&mut rx).await;
+    // The job's own command runs (exec'd straight from the shell, so it
+    // is the shim's child itself: it once inherited the shim's blocked
+    // stop signals and outlived every SIGTERM until the grace's SIGKILL).
+    let ready = dir.path().join("ready");
+    wait_until("the job's command runs", || read(&ready) == "up\n").await;
     let record = ctx.state.load("gpu07").unwrap().remove(0);
     let (atx, mut arx) = mpsc::channel(8);
     let adopted = runner::adopt(record, ctx.clone(), atx);
@@ -357,4 +366,23 @@ async fn job_runs_as_its_user_and_root_jobs_need_permission() {
     let _h = runner::spawn(a, ctx, tx);
     let exit = expect_exited(&mut rx).await;
     assert!(exit.launch_error.contains("allow_root_jobs"), "{exit:?}");
+}
+
+/// The job starts with no signal blocked: the shim blocks its stop
+/// signals while it forks, and a blocked mask survives exec.
+#[tokio::test]
+async fn job_starts_with_no_signal_blocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, mut rx) = mpsc::channel(8);
+    let _h = runner::spawn(
+        assignment(9, "exec grep SigBlk /proc/self/status > blocked"),
+        ctx_with(dir.path(), None),
+        tx,
+    );
+    expect_started(&mut rx).await;
+    assert_eq!(expect_exited(&mut rx).await.exit_code, 0);
+    assert_eq!(
+        read(&dir.path().join("blocked")),
+        "SigBlk:\t0000000000000000\n"
+    );
 }

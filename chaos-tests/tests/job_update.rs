@@ -144,3 +144,75 @@ async fn a_pending_job_changes_and_a_running_one_gets_a_shorter_limit() {
         "ended {ran_ms} ms after its start; the new limit is 3 s (plus the stop)"
     );
 }
+
+/// `berth scontrol update` as a user types it, on a held array of three
+/// tasks: the array's id changes every task, `ID_1` only that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_arrays_id_updates_every_task_and_a_task_id_only_that_task() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = LocalCluster::start(tmp.path(), &ClusterOptions::default()).expect("start");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("first leader");
+    let array = cluster
+        .submit_retrying(
+            "arr",
+            JobSpec {
+                name: "arr".into(),
+                user: "tester".into(),
+                command: "true".into(),
+                cpus: 1,
+                time_limit_s: 600,
+                hold: true,
+                array: "0-2".into(),
+                ..Default::default()
+            },
+            DEADLINE,
+        )
+        .await
+        .expect("submit")
+        .job_id;
+    let scontrol = |words: Vec<String>| {
+        let servers = cluster.servers().join(",");
+        async move {
+            let out = tokio::process::Command::new(
+                berth_chaos::harness::tool("berth").expect("berth binary"),
+            )
+            .args(["--server", &servers, "scontrol", "update"])
+            .args(&words)
+            .output()
+            .await
+            .expect("run berth");
+            assert!(
+                out.status.success(),
+                "{words:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    scontrol(vec![format!("JobId={array}"), "TimeLimit=5:00".into()]).await;
+    scontrol(vec![format!("JobId={array}_1"), "Name=middle".into()]).await;
+    let mut client = cluster.client().await.expect("client");
+    let mut seen = Vec::new();
+    for job_id in array..array + 3 {
+        let job = client
+            .get_job(berth_proto::api::GetJobRequest {
+                job_id,
+                stale: false,
+            })
+            .await
+            .expect("task")
+            .into_inner();
+        let spec = job.spec.expect("spec");
+        seen.push((spec.name, spec.time_limit_s));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("arr".to_string(), 300),
+            ("middle".to_string(), 300),
+            ("arr".to_string(), 300)
+        ]
+    );
+}

@@ -317,6 +317,13 @@ impl BerthApi for ApiService {
             features: req.set_features.then(|| req.features.clone()),
             priority: req.priority,
         };
+        // An array's id names the whole array, as in scancel; every task
+        // has the same owner, so the check above covers them all.
+        let whole_array = !req.only_task
+            && self.node.read(|s| {
+                s.job(req.job_id)
+                    .is_some_and(|r| r.job.spec.array_job_id == req.job_id)
+            });
         match self
             .node
             .propose(Command::UpdateJob {
@@ -324,6 +331,7 @@ impl BerthApi for ApiService {
                 update,
                 admin: caller.is_admin(),
                 now_ms: 0,
+                whole_array,
             })
             .await?
         {

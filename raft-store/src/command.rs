@@ -101,7 +101,8 @@ impl JobUpdate {
 /// picks one (a version-8 node would drop them and place the job's own
 /// request instead); 10 = `UpdateJob` carries `priority` (`scontrol
 /// update Priority=`; a version-9 node would drop it and answer that
-/// nothing changed).
+/// nothing changed) and `whole_array` (a version-9 node would change only
+/// the array's first task).
 pub const COMMAND_VERSION: u32 = 10;
 
 /// One Raft log payload.
@@ -223,6 +224,11 @@ pub enum Command {
         update: JobUpdate,
         admin: bool,
         now_ms: u64,
+        /// `job_id` is an array's id and every task of it that can still
+        /// change takes the update (Slurm's `JobId=<array id>`). Added in
+        /// command version 10.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        whole_array: bool,
     },
     /// The job's process ended (or could not start).
     JobExited {

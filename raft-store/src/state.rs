@@ -453,7 +453,8 @@ impl SmState {
                 update,
                 admin,
                 now_ms,
-            } => self.update_job(*job_id, update, *admin, *now_ms, dirty),
+                whole_array,
+            } => self.update_job(*job_id, update, *admin, *whole_array, *now_ms, dirty),
             Command::JobExited {
                 job_id,
                 alloc_id,

@@ -19,7 +19,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicI32, Ordering};
 
@@ -94,8 +94,9 @@ fn main() -> ExitCode {
         return ExitCode::from(126);
     }
     // From the last look at CAUGHT to the fork, a stop signal must not slip
-    // between the two: it stays pending until the child exists (std clears
-    // the mask in the child) and is then handed on.
+    // between the two: it stays pending until the child exists and is then
+    // handed on. The child must not keep the mask (exec keeps a blocked
+    // mask, and std leaves it as it is): it unblocks them before exec.
     let caught_mask = signal_set(&CAUGHT_SIGNALS);
     // SAFETY: blocking signals in this single-threaded process.
     unsafe { libc::sigprocmask(libc::SIG_BLOCK, &caught_mask, std::ptr::null_mut()) };
@@ -106,7 +107,20 @@ fn main() -> ExitCode {
         let _ = exit_file.sync_all();
         return ExitCode::from(u8::try_from((128 + stopped_early) & 0xff).unwrap_or(1));
     }
-    let spawned = Command::new(program).args(&args[4..]).spawn();
+    let mut command = Command::new(program);
+    command.args(&args[4..]);
+    // SAFETY: sigprocmask is async-signal-safe, and `caught_mask` is a
+    // plain value copied into the closure; nothing else runs between fork
+    // and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::sigprocmask(libc::SIG_UNBLOCK, &caught_mask, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let spawned = command.spawn();
     // SAFETY: as above.
     unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &caught_mask, std::ptr::null_mut()) };
     let mut child = match spawned {

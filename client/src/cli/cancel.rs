@@ -239,7 +239,7 @@ async fn send_signal(
 
 /// The job id of task `task` of array `array`: tasks have consecutive ids
 /// from the array's id, in ascending index order.
-async fn task_job_id(cluster: &mut Cluster, array: u64, task: u32) -> Result<u64> {
+pub(super) async fn task_job_id(cluster: &mut Cluster, array: u64, task: u32) -> Result<u64> {
     let first = cluster.get_job(array).await?;
     let spec = first.spec.unwrap_or_default();
     if spec.array_job_id != array {

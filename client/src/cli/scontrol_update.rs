@@ -5,8 +5,9 @@
 //! place of multifactor until it is held and released; `Priority=0` holds
 //! it, as in Slurm.
 
+use super::ids::{parse_job_ref, JobRef};
 use super::submit::{parse_constraint, parse_dependency};
-use super::{ids::parse_job_id, output, GlobalArgs};
+use super::{output, GlobalArgs};
 use anyhow::{anyhow, bail, Result};
 use berth_client::begin::parse_begin;
 use berth_client::time::parse_time_limit;
@@ -14,10 +15,21 @@ use berth_client::{now_ms, servers_from, Cluster};
 use berth_proto::api::UpdateJobRequest;
 use std::process::ExitCode;
 
+/// An update as typed: the job it names and the request (whose `job_id`
+/// is the array's id when `target` is one task of an array, resolved
+/// before sending).
+#[derive(Debug)]
+pub struct ParsedUpdate {
+    /// `JobId=12` (an array's id stands for the whole array) or
+    /// `JobId=12_3` (that task only).
+    pub target: JobRef,
+    pub request: UpdateJobRequest,
+}
+
 /// Reads the words after `update` into a request (the time now resolves
 /// `StartTime=now+1hour`). Every key once; an unknown key or a bad value
 /// is an error naming it, and nothing is sent.
-pub fn parse_update(words: &[String], now_ms: u64) -> Result<UpdateJobRequest> {
+pub fn parse_update(words: &[String], now_ms: u64) -> Result<ParsedUpdate> {
     let mut request = UpdateJobRequest::default();
     let mut job_id = None;
     let mut seen = std::collections::BTreeSet::new();
@@ -32,7 +44,7 @@ pub fn parse_update(words: &[String], now_ms: u64) -> Result<UpdateJobRequest> {
         let invalid =
             |what: &str, why: String| anyhow!("Invalid {what} specification: {value}: {why}");
         match lower.as_str() {
-            "jobid" => job_id = Some(parse_job_id(value)?),
+            "jobid" => job_id = Some(parse_job_ref(value)?),
             "timelimit" => {
                 request.time_limit_s =
                     Some(parse_time_limit(value).map_err(|e| invalid("TimeLimit", e.to_string()))?)
@@ -97,8 +109,11 @@ pub fn parse_update(words: &[String], now_ms: u64) -> Result<UpdateJobRequest> {
             _ => bail!("Update of this parameter is not supported: {word}"),
         }
     }
-    request.job_id =
-        job_id.ok_or_else(|| anyhow!("No job identification provided: give JobId=N"))?;
+    let target = job_id.ok_or_else(|| anyhow!("No job identification provided: give JobId=N"))?;
+    request.job_id = match target {
+        JobRef::Job(id) => id,
+        JobRef::Task { array, .. } => array,
+    };
     let changes_something = request.time_limit_s.is_some()
         || request.set_partitions
         || request.qos.is_some()
@@ -110,17 +125,24 @@ pub fn parse_update(words: &[String], now_ms: u64) -> Result<UpdateJobRequest> {
         || request.set_features
         || request.priority.is_some();
     if !changes_something {
-        bail!("No changes specified for job {}", request.job_id);
+        bail!("No changes specified for job {target}");
     }
-    Ok(request)
+    Ok(ParsedUpdate { target, request })
 }
 
 /// Sends the update. Like scontrol it prints nothing when it worked
 /// (`--json`: the changes); a refusal is one line and exit 1.
 pub async fn run(global: &GlobalArgs, json: bool, words: &[String]) -> Result<ExitCode> {
-    let request = parse_update(words, now_ms())?;
-    let job_id = request.job_id;
+    let ParsedUpdate {
+        target,
+        mut request,
+    } = parse_update(words, now_ms())?;
     let mut cluster = Cluster::new(servers_from(global.server.clone()));
+    if let JobRef::Task { array, task } = target {
+        request.job_id = super::cancel::task_job_id(&mut cluster, array, task).await?;
+        request.only_task = true;
+    }
+    let job_id = request.job_id;
     match cluster.update_job(request).await {
         Ok(answer) => {
             if json {
@@ -149,7 +171,7 @@ mod tests {
 
     fn parse(words: &[&str]) -> Result<UpdateJobRequest> {
         let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
-        parse_update(&words, NOW_MS)
+        parse_update(&words, NOW_MS).map(|u| u.request)
     }
 
     fn error(words: &[&str]) -> String {
@@ -241,5 +263,18 @@ mod tests {
         );
         assert!(error(&["JobId=1", "TimeLimit"]).starts_with("Invalid input: TimeLimit"));
         assert!(error(&["JobId=x", "Nice=1"]).contains("invalid job id \"x\""));
+        assert!(error(&["JobId=12_x", "Nice=1"]).contains("expected ARRAYID_TASK"));
+        assert_eq!(error(&["JobId=12_3"]), "No changes specified for job 12_3");
+    }
+
+    #[test]
+    fn an_array_task_is_named_apart_from_its_array() {
+        let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let task = parse_update(&words(&["JobId=12_3", "Nice=1"]), NOW_MS).expect("valid");
+        assert_eq!(task.target, JobRef::Task { array: 12, task: 3 });
+        let whole = parse_update(&words(&["JobId=12", "Nice=1"]), NOW_MS).expect("valid");
+        assert_eq!(whole.target, JobRef::Job(12));
+        // Sent as is, an array's id is the whole array.
+        assert!(!whole.request.only_task);
     }
 }

@@ -463,6 +463,8 @@ pub struct UpdateJobJson {
     pub features: Option<Vec<String>>,
     /// N > 0 fixes the priority (administrators); 0 holds the job.
     pub priority: Option<u32>,
+    /// With an array's id: only that task, not the whole array.
+    pub only_task: bool,
 }
 
 impl UpdateJobJson {
@@ -481,6 +483,7 @@ impl UpdateJobJson {
             set_features: self.features.is_some(),
             features: self.features.unwrap_or_default(),
             priority: self.priority,
+            only_task: self.only_task,
         }
     }
 }

@@ -141,8 +141,9 @@ impl SmState {
         let job = pending_of(spec);
         let counts = SubmitCounts::new(&snapshot, &catalog);
         // Each task of an array is a job against the submit limits, as in
-        // Slurm (a spec whose array text does not parse is refused later).
-        let new_jobs = if spec.array.is_empty() {
+        // Slurm (a spec whose array text does not parse is refused later);
+        // a task already made (an update of one) is one job.
+        let new_jobs = if spec.array.is_empty() || spec.array_job_id != 0 {
             1
         } else {
             berth_scheduler::array::parse(&spec.array).map_or(1, |a| a.indexes.len() as u64)

@@ -8,87 +8,225 @@
 //! one only its time limit; a finished one nothing. Only an administrator
 //! may raise a time limit (or lift it), or fix a job's priority
 //! (`Priority=N`, which clears its nice and takes it out of multifactor
-//! until it is held and released); `Priority=0` holds the job.
+//! until it is held and released); `Priority=0` holds the job. An
+//! array's id changes every task of it that can change, all or none.
 
 use berth_scheduler::{JobId, JobSpec, JobState};
 
 use super::{spec_rules, Dirty, SmState};
 use crate::command::{JobUpdate, Response};
 
+/// One job's planned change: its new spec, the change list, and what
+/// `Priority=` does beside the spec.
+struct Planned {
+    new: JobSpec,
+    changes: Vec<String>,
+    priority: Option<PrioritySet>,
+}
+
+/// What a job held before a tentative change, to put back when a later
+/// task of the same array update is refused.
+struct Saved {
+    job_id: JobId,
+    spec: JobSpec,
+    admin_priority: u32,
+    admin_hold: bool,
+}
+
 impl SmState {
+    /// `whole_array`: `job_id` is an array's id and the update is for
+    /// every task of it that can still change (Slurm's `JobId=<array
+    /// id>`): its pending tasks, and its running ones too when only the
+    /// time limit changes. All tasks change or none: a task that refuses
+    /// the update refuses it for the array, naming the task.
     pub(super) fn update_job(
         &mut self,
         job_id: JobId,
         update: &JobUpdate,
         admin: bool,
+        whole_array: bool,
         now_ms: u64,
         dirty: &mut Dirty,
     ) -> Response {
         let refuse = |reason: String| Response::Rejected { reason };
-        let Some(record) = self.data.jobs.get(&job_id) else {
+        if !self.data.jobs.contains_key(&job_id) {
             return refuse(format!("job {job_id} does not exist"));
-        };
+        }
         if update.is_empty() {
             return refuse("nothing to update: give at least one KEY=VALUE".into());
         }
+        let targets = if whole_array {
+            match self.array_tasks_to_update(job_id, update) {
+                Ok(tasks) => tasks,
+                Err(reason) => return refuse(reason),
+            }
+        } else {
+            vec![job_id]
+        };
+        // Each task is checked against the state with the tasks before it
+        // already changed (a QOS's submit limit counts them), then put back
+        // if a later one refuses.
+        let mut saved: Vec<Saved> = Vec::with_capacity(targets.len());
+        let mut changed: Vec<(JobId, Vec<String>)> = Vec::new();
+        for &task in &targets {
+            let planned = match self.plan_update(task, update, admin) {
+                Ok(planned) => planned,
+                Err(reason) => {
+                    self.put_back(saved);
+                    return refuse(if whole_array {
+                        format!("{}: {reason}", self.task_name(task))
+                    } else {
+                        reason
+                    });
+                }
+            };
+            let Some(planned) = planned else { continue };
+            let Some(record) = self.data.jobs.get_mut(&task) else {
+                continue;
+            };
+            saved.push(Saved {
+                job_id: task,
+                spec: std::mem::replace(&mut record.job.spec, planned.new),
+                admin_priority: record.job.admin_priority,
+                admin_hold: record.job.admin_hold,
+            });
+            match planned.priority {
+                Some(PrioritySet::Fixed(value)) => record.job.admin_priority = value,
+                Some(PrioritySet::Hold) if admin => record.job.admin_hold = true,
+                Some(PrioritySet::Hold) => record.job.spec.hold = true,
+                None => {}
+            }
+            changed.push((task, planned.changes));
+        }
+        // Every task took it: now the events. The answer lists each
+        // distinct change once (an array's tasks mostly change alike).
+        let mut answer: Vec<String> = Vec::new();
+        for (task, changes) in changed {
+            if let Some(record) = self.data.jobs.get_mut(&task) {
+                record.push_event(
+                    now_ms,
+                    "updated",
+                    format!("Updated: {}", changes.join(", ")),
+                );
+                dirty.jobs.insert(task);
+            }
+            for change in changes {
+                if !answer.contains(&change) {
+                    answer.push(change);
+                }
+            }
+        }
+        Response::JobUpdated { changes: answer }
+    }
+
+    /// The tasks of array `array_job_id` an update may change: unfinished,
+    /// and pending unless only the time limit changes.
+    fn array_tasks_to_update(
+        &self,
+        array_job_id: JobId,
+        update: &JobUpdate,
+    ) -> Result<Vec<JobId>, String> {
+        let Some(first) = self.data.jobs.get(&array_job_id) else {
+            return Err(format!("job {array_job_id} does not exist"));
+        };
+        if first.job.spec.array_job_id != array_job_id {
+            return Err(format!("job {array_job_id} is not a job array's id"));
+        }
+        // Tasks have consecutive ids from the array's id.
+        let count = u64::from(first.job.spec.array_task_count.max(1));
+        let last = array_job_id.saturating_add(count - 1);
+        let tasks: Vec<JobId> = self
+            .data
+            .jobs
+            .range(array_job_id..=last)
+            .filter(|(_, r)| r.job.spec.array_job_id == array_job_id)
+            .filter(|(_, r)| match r.job.state {
+                JobState::Pending => true,
+                JobState::Running => update.only_time_limit(),
+                _ => false,
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        if tasks.is_empty() {
+            return Err(format!(
+                "no task of job array {array_job_id} can change: every task has ended{}",
+                if update.only_time_limit() {
+                    ""
+                } else {
+                    " or is running (only TimeLimit can change while a task runs)"
+                }
+            ));
+        }
+        Ok(tasks)
+    }
+
+    /// `12_3` for an array task, the job id otherwise.
+    fn task_name(&self, job_id: JobId) -> String {
+        match self.data.jobs.get(&job_id) {
+            Some(r) if r.job.spec.array_job_id != 0 => {
+                format!("{}_{}", r.job.spec.array_job_id, r.job.spec.array_task_id)
+            }
+            _ => job_id.to_string(),
+        }
+    }
+
+    /// Undoes tentative changes, last first.
+    fn put_back(&mut self, saved: Vec<Saved>) {
+        for s in saved.into_iter().rev() {
+            if let Some(record) = self.data.jobs.get_mut(&s.job_id) {
+                record.job.spec = s.spec;
+                record.job.admin_priority = s.admin_priority;
+                record.job.admin_hold = s.admin_hold;
+            }
+        }
+    }
+
+    /// What `update` would make of job `job_id`: `None` when it changes
+    /// nothing, an error when the job or the new spec refuses it.
+    fn plan_update(
+        &self,
+        job_id: JobId,
+        update: &JobUpdate,
+        admin: bool,
+    ) -> Result<Option<Planned>, String> {
+        let Some(record) = self.data.jobs.get(&job_id) else {
+            return Err(format!("job {job_id} does not exist"));
+        };
         match record.job.state {
             JobState::Pending => {}
             JobState::Running if update.only_time_limit() => {}
             JobState::Running => {
-                return refuse(format!(
+                return Err(format!(
                     "job {job_id} is no longer pending execution: only TimeLimit can change while it runs"
                 ))
             }
             state => {
-                return refuse(format!(
+                return Err(format!(
                     "job {job_id} is {}: a finished job cannot be changed",
                     state.slurm_name().to_ascii_lowercase()
                 ))
             }
         }
-        let old = record.job.spec.clone();
-        let (mut new, mut changes) = match changed_spec(&old, update, admin) {
-            Ok(changed) => changed,
-            Err(reason) => return refuse(reason),
-        };
-        let priority = match priority_change(record.job.admin_priority, &mut new, update, admin) {
-            Ok(change) => change,
-            Err(reason) => return refuse(reason),
-        };
-        changes.extend(priority.note.iter().cloned());
+        let old = &record.job.spec;
+        let (mut new, mut changes) = changed_spec(old, update, admin)?;
+        let priority = priority_change(record.job.admin_priority, &mut new, update, admin)?;
+        changes.extend(priority.note);
         if changes.is_empty() {
-            return Response::JobUpdated { changes };
+            return Ok(None);
         }
-        if let Err(reason) = self.check_updated(job_id, &old, &new) {
-            return refuse(reason);
-        }
+        self.check_updated(job_id, old, &new)?;
         let policy_touched =
             old.partitions != new.partitions || old.qos != new.qos || old.nice != new.nice;
         let new = if policy_touched {
-            match self.resolve_spec(&new, Some(job_id)) {
-                Ok(resolved) => resolved,
-                Err(reason) => return refuse(reason),
-            }
+            self.resolve_spec(&new, Some(job_id))?
         } else {
             new
         };
-        let Some(record) = self.data.jobs.get_mut(&job_id) else {
-            return refuse(format!("job {job_id} does not exist"));
-        };
-        record.job.spec = new;
-        match priority.set {
-            Some(PrioritySet::Fixed(value)) => record.job.admin_priority = value,
-            Some(PrioritySet::Hold) if admin => record.job.admin_hold = true,
-            Some(PrioritySet::Hold) => record.job.spec.hold = true,
-            None => {}
-        }
-        record.push_event(
-            now_ms,
-            "updated",
-            format!("Updated: {}", changes.join(", ")),
-        );
-        dirty.jobs.insert(job_id);
-        Response::JobUpdated { changes }
+        Ok(Some(Planned {
+            new,
+            changes,
+            priority: priority.set,
+        }))
     }
 
     /// The submit checks a changed spec must pass again.

@@ -55,6 +55,7 @@ fn update(s: &mut SmState, job_id: JobId, update: JobUpdate, admin: bool) -> Res
             update,
             admin,
             now_ms: 5_000,
+            whole_array: false,
         },
         &mut Dirty::default(),
     )
@@ -420,4 +421,161 @@ fn time_limits_read_as_slurm_prints_them() {
     assert_eq!(limit_text(600), "10:00");
     assert_eq!(limit_text(3_600), "1:00:00");
     assert_eq!(limit_text(86_400 + 3_661), "1-01:01:01");
+}
+
+fn update_array(s: &mut SmState, array: JobId, update: JobUpdate) -> Response {
+    s.apply(
+        &Command::UpdateJob {
+            job_id: array,
+            update,
+            admin: false,
+            now_ms: 6_000,
+            whole_array: true,
+        },
+        &mut Dirty::default(),
+    )
+}
+
+#[test]
+fn an_arrays_id_changes_every_task_that_can_change_or_none() {
+    let mut s = state();
+    let array = submit(
+        &mut s,
+        "arr",
+        JobSpec {
+            array: "0-3".into(),
+            ..spec("arr")
+        },
+    );
+    let tasks: Vec<JobId> = (array..array + 4).collect();
+    start(&mut s, tasks[0]);
+    let name = |s: &SmState, id: JobId| s.job(id).expect("task").job.spec.name.clone();
+    let limit = |s: &SmState, id: JobId| s.job(id).expect("task").job.spec.time_limit_s;
+
+    // A name changes on the pending tasks only; the running one keeps it.
+    let renamed = JobUpdate {
+        name: Some("renamed".into()),
+        ..JobUpdate::default()
+    };
+    assert_eq!(
+        update_array(&mut s, array, renamed),
+        Response::JobUpdated {
+            changes: vec!["JobName arr -> renamed".into()]
+        }
+    );
+    let names: Vec<String> = tasks.iter().map(|&t| name(&s, t)).collect();
+    assert_eq!(names, ["arr", "renamed", "renamed", "renamed"]);
+    assert_eq!(
+        s.job(tasks[3])
+            .and_then(|r| r.events.last().map(|e| e.message.clone())),
+        Some("Updated: JobName arr -> renamed".to_string())
+    );
+
+    // A time limit reaches the running task too.
+    let shorter = JobUpdate {
+        time_limit_s: Some(300),
+        ..JobUpdate::default()
+    };
+    update_array(&mut s, array, shorter);
+    assert!(tasks.iter().all(|&t| limit(&s, t) == 300));
+
+    // One task refusing refuses it for all, naming the task; the tasks
+    // before it are put back.
+    let self_dependency = JobUpdate {
+        dependency: Some(format!("afterok:{}", tasks[2])),
+        comment: Some("late".into()),
+        ..JobUpdate::default()
+    };
+    match update_array(&mut s, array, self_dependency) {
+        Response::Rejected { reason } => assert_eq!(
+            reason,
+            format!("{array}_2: job {} cannot depend on itself", tasks[2])
+        ),
+        other => panic!("accepted: {other:?}"),
+    }
+    for &t in &tasks[1..] {
+        let spec = &s.job(t).expect("task").job.spec;
+        assert_eq!((spec.dependency.as_str(), spec.comment.as_str()), ("", ""));
+    }
+
+    // A plain job's id is not an array's; an array whose tasks all run
+    // takes nothing but a time limit.
+    let plain = submit(&mut s, "plain", spec("plain"));
+    match update_array(&mut s, plain, JobUpdate::default()) {
+        Response::Rejected { reason } => assert!(reason.starts_with("nothing to update")),
+        other => panic!("{other:?}"),
+    }
+    let comment = JobUpdate {
+        comment: Some("x".into()),
+        ..JobUpdate::default()
+    };
+    match update_array(&mut s, plain, comment.clone()) {
+        Response::Rejected { reason } => {
+            assert_eq!(reason, format!("job {plain} is not a job array's id"))
+        }
+        other => panic!("{other:?}"),
+    }
+    for &t in &tasks[1..] {
+        start(&mut s, t);
+    }
+    match update_array(&mut s, array, comment) {
+        Response::Rejected { reason } => assert!(
+            reason.starts_with(&format!("no task of job array {array} can change")),
+            "{reason}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A QOS's submit limit counts the tasks an array update has moved so
+/// far, and a task moved alone is one job, not the whole array.
+#[test]
+fn an_array_update_counts_its_tasks_against_a_submit_limit() {
+    let mut s = state();
+    let mut small = berth_scheduler::Qos::named("small");
+    small.limits.max_submit_jobs_per_user = Some(2);
+    for change in [
+        crate::policy::PolicyChange::UpsertQos(small),
+        crate::policy::PolicyChange::UpsertAccount(berth_scheduler::Account {
+            name: "lab".into(),
+            users: vec!["alice".into()],
+            qos: vec!["normal".into(), "small".into()],
+            ..Default::default()
+        }),
+    ] {
+        assert_eq!(
+            s.apply(
+                &Command::SetPolicy { change, now_ms: 2 },
+                &mut Dirty::default()
+            ),
+            Response::PolicySet
+        );
+    }
+    let array = submit(
+        &mut s,
+        "arr",
+        JobSpec {
+            array: "0-3".into(),
+            ..spec("arr")
+        },
+    );
+    let to_small = JobUpdate {
+        qos: Some("small".into()),
+        ..JobUpdate::default()
+    };
+    match update_array(&mut s, array, to_small.clone()) {
+        Response::Rejected { reason } => {
+            assert!(reason.starts_with(&format!("{array}_2: ")), "{reason}")
+        }
+        other => panic!("accepted: {other:?}"),
+    }
+    let qos_of = |s: &SmState, id: JobId| s.job(id).expect("task").job.spec.qos.clone();
+    assert!((array..array + 4).all(|t| qos_of(&s, t) == "normal"));
+    // One task alone fits.
+    assert_eq!(
+        update(&mut s, array + 3, to_small, false),
+        Response::JobUpdated {
+            changes: vec!["QOS normal -> small".into()]
+        }
+    );
 }
