@@ -391,7 +391,8 @@ impl<'a> Pool<'a> {
     /// together for `duration_ms`, and which. Each host's own earliest
     /// start is a candidate; the first candidate at which enough hosts hold
     /// the job wins (a host's room can close again at a later reservation,
-    /// so each is checked at the candidate time itself).
+    /// so each is checked at the candidate time itself). Of the hosts that
+    /// hold it then, those whose own earliest start is latest are chosen.
     pub fn earliest_room(
         &mut self,
         shape: &Shape,
@@ -422,15 +423,31 @@ impl<'a> Pool<'a> {
             if starts.get(k + 1).is_some_and(|s| s.0 == at_ms) {
                 continue;
             }
+            // Which hosts hold it at `at_ms` decides whether it fits; which
+            // of them it takes decides what is left for backfill. The hosts
+            // that free last are taken first (in index order among equal
+            // times): a host free now stays free for jobs that fit before
+            // it or beside it, as textbook EASY's "extra nodes" are. A job
+            // that starts now finds every candidate free now, so this is
+            // index order.
             chosen.clear();
-            for &(_, i, need) in &starts[..=k] {
-                if self.profiles.get(i).holds(need, at_ms, duration_ms) {
-                    chosen.push(i);
-                    if chosen.len() == wanted {
-                        chosen.sort_unstable();
-                        return Some((at_ms, chosen));
+            let mut end = k + 1;
+            while end > 0 {
+                let group_ms = starts[end - 1].0;
+                let mut begin = end - 1;
+                while begin > 0 && starts[begin - 1].0 == group_ms {
+                    begin -= 1;
+                }
+                for &(_, i, need) in &starts[begin..end] {
+                    if self.profiles.get(i).holds(need, at_ms, duration_ms) {
+                        chosen.push(i);
+                        if chosen.len() == wanted {
+                            chosen.sort_unstable();
+                            return Some((at_ms, chosen));
+                        }
                     }
                 }
+                end = begin;
             }
         }
         None

@@ -40,17 +40,19 @@ fn replay_is_deterministic_and_easy_waits_less_than_fcfs() {
 }
 
 /// The replay's figures, pinned: any change to the pass or the engine that
-/// moves a single start shows here. Recorded from the scheduler as of
-/// commit 163e87e (before the performance work), which every later change
-/// must reproduce exactly.
+/// moves a single start shows here. The FCFS figures are the scheduler's
+/// as of commit 163e87e (before the performance work); the EASY ones were
+/// re-pinned when the head's reservation began taking the hosts that free
+/// last rather than the free-now ones (BENCHMARKS.md, Quality), the one
+/// deliberate change to placement since.
 #[test]
 fn replay_figures_are_pinned() {
     let easy = replay(true);
     assert_eq!(
         easy,
-        "{\"event\":\"summary\",\"jobs\":2000,\"mean_wait_s\":5428.44,\"mean_bsld\":58.673433,\
-         \"p95_wait_s\":37251,\"utilization\":0.610725,\"makespan_s\":2089872,\"sim_wall_ms\":0,\
-         \"passes\":3849,\"hosts\":100,\"skipped\":0,\"recorded_mean_wait_s\":26576.153,\
+        "{\"event\":\"summary\",\"jobs\":2000,\"mean_wait_s\":5802.2555,\"mean_bsld\":88.688385,\
+         \"p95_wait_s\":38481,\"utilization\":0.616707,\"makespan_s\":2069601,\"sim_wall_ms\":0,\
+         \"passes\":3848,\"hosts\":100,\"skipped\":0,\"recorded_mean_wait_s\":26576.153,\
          \"recorded_mean_bsld\":450.678229}"
     );
     let fcfs = replay(false);
