@@ -687,6 +687,26 @@ impl LocalCluster {
             .map_err(|e| e.to_string())
     }
 
+    /// The job's history so far, as (kind, message), oldest first (a test
+    /// helper; panics when no node answers).
+    pub async fn job_events(&self, job_id: u64) -> Vec<(String, String)> {
+        let mut client = self.client().await.expect("a client of a live node");
+        let mut stream = client
+            .watch_job_events(berth_proto::api::WatchJobEventsRequest {
+                job_id,
+                after_seq: 0,
+                no_follow: true,
+            })
+            .await
+            .expect("the job's events")
+            .into_inner();
+        let mut out = Vec::new();
+        while let Ok(Some(e)) = stream.message().await {
+            out.push((e.kind, e.message));
+        }
+        out
+    }
+
     /// Waits up to `deadline` until `done` holds for the job and returns
     /// it; panics naming `what` and the job's last state otherwise (a test
     /// helper).
@@ -858,4 +878,23 @@ fn make_test_certificates(dir: &Path) -> Result<PathBuf, HarnessError> {
         }
     }
     Ok(dir.to_path_buf())
+}
+
+/// Polls `cond` every 50 ms until it holds; panics naming `what` once
+/// `deadline` has passed (a test helper for conditions outside the
+/// cluster: files a job writes, log lines).
+pub async fn wait_until(what: &str, deadline: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < deadline,
+            "{what} did not happen within {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A file's text, or "" while it does not exist (a test helper).
+pub fn read_or_empty(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
 }

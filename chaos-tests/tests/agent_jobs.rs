@@ -54,19 +54,12 @@ async fn wait_for_job(
     cluster.wait_for_job(job_id, what, DEADLINE, done).await
 }
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "{what} did not happen within {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    berth_chaos::harness::wait_until(what, DEADLINE, cond).await
 }
 
 fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
+    berth_chaos::harness::read_or_empty(path)
 }
 
 /// How many times agent 1 has registered, from its log.

@@ -7,28 +7,13 @@
 use std::time::Duration;
 
 use berth_chaos::harness::{ClusterOptions, LocalCluster};
-use berth_proto::api::{JobSpec, JobState, ResourceSet, WatchJobEventsRequest};
+use berth_proto::api::{JobSpec, JobState, ResourceSet};
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// The job's events so far, as (kind, message).
 async fn events(cluster: &LocalCluster, job_id: u64) -> Vec<(String, String)> {
-    let mut client = cluster.client().await.expect("client");
-    let mut stream = client
-        .watch_job_events(WatchJobEventsRequest {
-            job_id,
-            after_seq: 0,
-            no_follow: true,
-        })
-        .await
-        .expect("events")
-        .into_inner();
-    let mut out = Vec::new();
-    while let Ok(Some(e)) = stream.message().await {
-        out.push((e.kind, e.message));
-    }
-    out
+    cluster.job_events(job_id).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use berth_chaos::harness::{ClusterOptions, LocalCluster};
 use berth_proto::api::control_job_request::Action;
-use berth_proto::api::{
-    ControlJobRequest, JobSpec, JobState, UpdateJobRequest, WatchJobEventsRequest,
-};
+use berth_proto::api::{ControlJobRequest, JobSpec, JobState, UpdateJobRequest};
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -60,19 +58,12 @@ async fn a_pending_job_changes_and_a_running_one_gets_a_shorter_limit() {
     let job = cluster.get_job(job_id).await.expect("job");
     let spec = job.spec.expect("spec");
     assert_eq!((spec.time_limit_s, spec.name.as_str()), (300, "after"));
-    let mut stream = client
-        .watch_job_events(WatchJobEventsRequest {
-            job_id,
-            after_seq: 0,
-            no_follow: true,
-        })
+    let events: Vec<String> = cluster
+        .job_events(job_id)
         .await
-        .expect("events")
-        .into_inner();
-    let mut events = Vec::new();
-    while let Ok(Some(e)) = stream.message().await {
-        events.push(e.message);
-    }
+        .into_iter()
+        .map(|(_, message)| message)
+        .collect();
     assert!(
         events
             .iter()

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use berth_chaos::harness::{ClusterOptions, LocalCluster};
 use berth_proto::api::{
     Account, DeleteReservationRequest, Job, JobSpec, JobState, ListReservationsRequest, Qos,
-    Reservation, WatchJobEventsRequest,
+    Reservation,
 };
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
@@ -69,38 +69,16 @@ async fn wait_for_job(
     cluster.wait_for_job(job_id, what, DEADLINE, done).await
 }
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "{what} did not happen within {DEADLINE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    berth_chaos::harness::wait_until(what, DEADLINE, cond).await
 }
 
 fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
+    berth_chaos::harness::read_or_empty(path)
 }
 
-/// The job's events so far, as (kind, message).
 async fn events(cluster: &LocalCluster, job_id: u64) -> Vec<(String, String)> {
-    let mut client = cluster.client().await.expect("client");
-    let mut stream = client
-        .watch_job_events(WatchJobEventsRequest {
-            job_id,
-            after_seq: 0,
-            no_follow: true,
-        })
-        .await
-        .expect("events")
-        .into_inner();
-    let mut out = Vec::new();
-    while let Ok(Some(e)) = stream.message().await {
-        out.push((e.kind, e.message));
-    }
-    out
+    cluster.job_events(job_id).await
 }
 
 fn is(state: JobState) -> impl Fn(&Job) -> bool {
