@@ -118,6 +118,9 @@ enum Drill {
         /// Also write the report as JSON to this file.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
+        /// Also draw the failover times' distribution to this SVG file.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
         /// Directory for the cluster's data and logs (default: a temp dir,
         /// kept when the drill fails).
         #[arg(long)]
@@ -194,6 +197,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             submitters,
             fault_gap_ms,
             json,
+            plot,
             dir,
         } => {
             let tmp = tempfile::tempdir()?;
@@ -228,6 +232,15 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             println!("{report}");
             if let Some(path) = json {
                 std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+            if let Some(path) = plot {
+                let title = format!(
+                    "berth-drill chaos --seed {seed}: failover over {} faults, {nodes} nodes",
+                    report.failover_ms.len()
+                );
+                let svg = berth_chaos::drill::plot::failover_svg(&report.failover_ms, &title);
+                std::fs::write(&path, svg)
                     .with_context(|| format!("writing {}", path.display()))?;
             }
             if !report.passed() {

@@ -12,6 +12,7 @@
 
 pub mod checks;
 pub mod faults;
+pub mod plot;
 mod report;
 pub mod rng;
 pub mod workload;

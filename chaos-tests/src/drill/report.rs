@@ -117,11 +117,7 @@ impl Report {
 
     /// The `q`-quantile (0..=1) of the failover times, nearest rank.
     pub fn failover_quantile_ms(&self, q: f64) -> Option<u64> {
-        if self.failover_ms.is_empty() {
-            return None;
-        }
-        let rank = ((q * self.failover_ms.len() as f64).ceil() as usize).max(1);
-        self.failover_ms.get(rank - 1).copied()
+        super::plot::nearest_rank(&self.failover_ms, q)
     }
 }
 
