@@ -5,4 +5,5 @@ pub mod bench;
 pub mod drill;
 pub mod harness;
 pub mod simulated_hosts;
+pub mod slurm_peer;
 pub mod snapshot_transfer;

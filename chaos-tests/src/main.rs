@@ -20,6 +20,12 @@
 //! `berth-drill bench raft-writes` measures acknowledged submits per second
 //! and their latency on a 3-node cluster next to a 3-member etcd (see
 //! `bench`).
+//!
+//! `berth-drill bench sbatch` runs parallel `sbatch -H --wrap true`
+//! processes against a single-host slurmctld and against a 3-node Berth
+//! through its `sbatch` symlink, alternating; `bench sbatch-durability`
+//! kills the controller(s) with SIGKILL right after N acknowledged submits
+//! and counts lost jobs and reused ids (see `slurm_peer`).
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -154,6 +160,45 @@ enum Bench {
         #[arg(long)]
         berth_only: bool,
         /// Directory for both clusters' data and logs (default: a temp dir).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Held submits/s through `sbatch` processes: a single-host slurmctld
+    /// vs a 3-node Berth (its `sbatch` symlink), alternating.
+    Sbatch {
+        /// Parallel submitters, each running one sbatch process at a time.
+        #[arg(long, default_value_t = 8)]
+        submitters: usize,
+        /// Seconds per phase (one system, one round).
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        /// At most this many jobs per phase.
+        #[arg(long, default_value_t = 1_000_000)]
+        jobs: u64,
+        /// Rounds; each runs both systems, the first one alternating.
+        #[arg(long, default_value_t = 2)]
+        rounds: u32,
+        /// Then time this many single sbatch processes per system, one at
+        /// a time (0: skip).
+        #[arg(long, default_value_t = 50)]
+        anatomy_runs: u32,
+        /// Directory for both systems' data and logs (default: a temp dir).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// kill -9 of slurmctld, and of all 3 berthd, right after N
+    /// acknowledged `sbatch -H` submits; restart; count acknowledged jobs
+    /// lost and job ids handed out twice.
+    SbatchDurability {
+        #[arg(long, default_value_t = 8)]
+        submitters: usize,
+        /// Acknowledged submits before the kill.
+        #[arg(long, default_value_t = 1_000)]
+        jobs: u64,
+        /// Submits after the restart, checked for reused ids.
+        #[arg(long, default_value_t = 200)]
+        after: u64,
+        /// Directory for both systems' data and logs (default: a temp dir).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -310,6 +355,44 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             dir,
             berth_only,
         })
+        .await
+        .map(|()| true),
+        Drill::Bench {
+            bench:
+                Bench::Sbatch {
+                    submitters,
+                    seconds,
+                    jobs,
+                    rounds,
+                    anatomy_runs,
+                    dir,
+                },
+        } => berth_chaos::slurm_peer::sbatch_rate(&berth_chaos::slurm_peer::RateOptions {
+            submitters,
+            seconds,
+            max_jobs: jobs,
+            rounds,
+            anatomy_runs,
+            dir,
+        })
+        .await
+        .map(|()| true),
+        Drill::Bench {
+            bench:
+                Bench::SbatchDurability {
+                    submitters,
+                    jobs,
+                    after,
+                    dir,
+                },
+        } => berth_chaos::slurm_peer::sbatch_durability(
+            &berth_chaos::slurm_peer::DurabilityOptions {
+                submitters,
+                jobs,
+                after,
+                dir,
+            },
+        )
         .await
         .map(|()| true),
     }
