@@ -942,7 +942,22 @@ mod tests {
 
     #[test]
     fn own_cpu_time_is_read() {
-        assert!(cpu_seconds(Some(std::process::id())) >= 0.0);
+        // Burning CPU must show in this process's own utime + stime (a
+        // misread field would stay constant); bounded at 5 s of wall time.
+        let me = Some(std::process::id());
+        let before = cpu_seconds(me);
+        let start = std::time::Instant::now();
+        let mut spin: u64 = 0;
+        while cpu_seconds(me) <= before && start.elapsed() < Duration::from_secs(5) {
+            for i in 0..100_000u64 {
+                spin = spin.wrapping_add(i ^ spin.rotate_left(7));
+            }
+        }
+        assert!(
+            cpu_seconds(me) > before,
+            "no CPU time counted (spin {spin})"
+        );
+        // Children's time: none of this test's own.
         assert!(cpu_seconds(None) >= 0.0);
     }
 
