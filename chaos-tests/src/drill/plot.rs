@@ -101,7 +101,7 @@ pub fn failover_svg(sorted_ms: &[u64], title: &str) -> String {
         svg,
         "<text x=\"{:.1}\" y=\"{:.1}\" fill=\"#2ca02c\">p50 target {TARGET_P50_MS} ms</text>",
         x(TARGET_P50_MS) + 4.0,
-        MARGIN_PX + 14.0
+        MARGIN_PX + plot_h - 6.0
     );
     if n == 0 {
         let _ = writeln!(
