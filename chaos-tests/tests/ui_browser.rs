@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_chaos::harness::{bin_dir, ClusterOptions, LocalCluster};
-use berth_proto::api::{GetJobRequest, JobSpec, JobState, ListHostsRequest};
+use berth_proto::api::{Account, GetJobRequest, JobSpec, JobState, Limits, ListHostsRequest, Qos};
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -197,6 +197,35 @@ async fn every_page_renders_in_a_real_browser() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // An account with a quota and its QOS (auth is off: every caller is an
+    // admin), so the fair-share page has rows to show; the quotas are
+    // larger than any job here, so no job waits on them.
+    let quota = || Limits {
+        grp_tres: [("cpu".to_string(), 100)].into_iter().collect(),
+        ..Default::default()
+    };
+    let mut admin = cluster.client().await.expect("client");
+    admin
+        .upsert_qos(Qos {
+            name: "team".into(),
+            priority: 10,
+            limits: Some(quota()),
+            ..Default::default()
+        })
+        .await
+        .expect("QOS team");
+    admin
+        .upsert_account(Account {
+            name: "lab".into(),
+            shares: 10,
+            users: vec!["tester".into()],
+            default_qos: "team".into(),
+            limits: Some(quota()),
+            ..Default::default()
+        })
+        .await
+        .expect("account lab");
+
     let spec = |name: &str, cpus: u32| JobSpec {
         name: name.into(),
         user: "tester".into(),
@@ -354,7 +383,8 @@ async fn every_page_renders_in_a_real_browser() {
     );
     screenshot(&profile, &url, &shots.join("cluster.png"));
 
-    // Fair share: no accounts defined, nothing borrowed.
+    // Fair share: the account and its QOS, each holding the running job's
+    // one CPU against its quota of 100; nothing borrowed.
     let url = format!("{on_leader}/ui/fairshare");
     let page = dom(&profile, &url);
     expect_all(
@@ -362,10 +392,13 @@ async fn every_page_renders_in_a_real_browser() {
         &page,
         &[
             "<h1>Fair share and quotas</h1>",
-            "id=\"no-accounts\"",
+            "<tr id=\"account-lab\"><th scope=\"row\">lab</th><td>root</td><td class=\"num\">10</td>",
+            "<tr id=\"qos-team\"><th scope=\"row\">team</th><td class=\"num\">10</td>",
+            "<td class=\"num\">1 / 100</td>",
             "<p id=\"borrowed-none\">No running job is on borrowed (idle-fill) capacity.</p>",
         ],
     );
+    assert!(!page.contains("id=\"no-accounts\""), "{page:.800}");
     screenshot(&profile, &url, &shots.join("fairshare.png"));
 
     // A job that does not exist is a 404 page, not a crash.
