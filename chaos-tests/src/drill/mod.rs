@@ -61,7 +61,9 @@ pub struct DrillOptions {
     pub max_runtime_ms: u64,
     /// Quiet time between faults, at most (seeded, from a third of it).
     pub fault_gap_ms: u64,
-    /// How long the queue may take to drain after the faults.
+    /// How long the queue may go without a job leaving it while it drains
+    /// after the faults (a backlog drains at the agents' pace; see
+    /// `drain`).
     pub drain_deadline_s: u64,
     pub dir: PathBuf,
 }
@@ -88,6 +90,8 @@ impl DrillOptions {
 const FAULTS_MAX: usize = 10_000;
 /// Pause between polls while draining.
 const POLL: Duration = Duration::from_millis(200);
+/// The longest a drain may take in all, progress or not.
+const DRAIN_TOTAL_MAX: Duration = Duration::from_secs(1_800);
 
 pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
     if opts.nodes != 3 && opts.nodes != 5 {
@@ -342,13 +346,18 @@ async fn set_up_policy(cluster: &LocalCluster) -> Result<(), DrillError> {
     }
 }
 
-/// Waits until no job is running and every pending one has a reason, or
-/// the drain deadline passes (then says so).
+/// Waits until no job is running and every pending one has a reason.
+/// Liveness is judged by progress, not by a fixed time: a long drill's
+/// workload can outrun its agents and leave a backlog, which drains at the
+/// agents' pace. It fails when no job has left the queue for the drain
+/// deadline (a stall), or past [`DRAIN_TOTAL_MAX`] in all.
 async fn drain(cluster: &LocalCluster, opts: &DrillOptions) -> Result<(), String> {
     let start = Instant::now();
-    let deadline = Duration::from_secs(opts.drain_deadline_s);
+    let stall_max = Duration::from_secs(opts.drain_deadline_s);
+    let mut fewest_active = usize::MAX;
+    let mut progress_at = Instant::now();
     let mut last = String::from("no answer");
-    while start.elapsed() < deadline {
+    while progress_at.elapsed() < stall_max && start.elapsed() < DRAIN_TOTAL_MAX {
         if let Ok(leader) = faults::wait_leader(cluster, opts.nodes, &[]).await {
             if let Ok(addr) = cluster.addr(leader) {
                 match list_jobs(&addr, false).await {
@@ -364,6 +373,10 @@ async fn drain(cluster: &LocalCluster, opts: &DrillOptions) -> Result<(), String
                         if active.is_empty() {
                             return Ok(());
                         }
+                        if active.len() < fewest_active {
+                            fewest_active = active.len();
+                            progress_at = Instant::now();
+                        }
                         last = format!(
                             "{} jobs still active, first {:?}",
                             active.len(),
@@ -376,7 +389,15 @@ async fn drain(cluster: &LocalCluster, opts: &DrillOptions) -> Result<(), String
         }
         tokio::time::sleep(POLL).await;
     }
-    Err(format!("the queue did not drain in {deadline:?}: {last}"))
+    if start.elapsed() >= DRAIN_TOTAL_MAX {
+        return Err(format!(
+            "the queue did not drain in {DRAIN_TOTAL_MAX:?}: {last}"
+        ));
+    }
+    Err(format!(
+        "the queue stopped draining: no job left it for {stall_max:?} ({:.0} s into the drain): {last}",
+        start.elapsed().as_secs_f64()
+    ))
 }
 
 /// Jobs whose history is added to their violation, at most.
