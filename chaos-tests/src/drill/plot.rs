@@ -5,6 +5,8 @@
 
 use std::fmt::Write as _;
 
+use berth_scheduler::sim::plot::escape;
+
 const WIDTH_PX: f64 = 720.0;
 const HEIGHT_PX: f64 = 360.0;
 const MARGIN_PX: f64 = 60.0;
@@ -136,14 +138,6 @@ pub fn failover_svg(sorted_ms: &[u64], title: &str) -> String {
     );
     svg.push_str("</svg>\n");
     svg
-}
-
-/// Text safe inside SVG elements.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 #[cfg(test)]

@@ -80,8 +80,8 @@ pub fn timeline_svg(points: &[TimelinePoint], title: &str) -> String {
     svg
 }
 
-/// Text safe inside SVG elements.
-fn escape(text: &str) -> String {
+/// Text safe inside SVG elements (also used by `berth-drill`'s plot).
+pub fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
