@@ -921,8 +921,11 @@ fn try_job<'a>(
                 misses.push(Miss::Never(
                     Reason::ReqNodeNotAvail,
                     format!(
-                        "needs {} hosts of its kind{}, {} up",
-                        shape.hosts_needed(),
+                        "needs {} of its kind{}, {} up",
+                        match shape.hosts_needed() {
+                            1 => "1 host".to_string(),
+                            n => format!("{n} hosts"),
+                        },
                         pname
                             .map(|p| format!(" in partition {p}"))
                             .unwrap_or_default(),
@@ -1187,6 +1190,10 @@ mod tests {
         let plan = schedule(&snap, &Policy::default(), 0);
         assert!(plan.starts.is_empty());
         assert_eq!(plan.reasons.get(&1), Some(&Reason::ReqNodeNotAvail));
+        assert_eq!(
+            plan.details.get(&1).map(String::as_str),
+            Some("needs 1 host of its kind, 0 up")
+        );
     }
 
     fn running(id: JobId, host: &str, cpus: u32, end_ms: Option<u64>) -> RunningJob {
