@@ -156,6 +156,16 @@ impl ApiService {
         job
     }
 
+    /// An array's id names the whole array (`scancel 12`, `scontrol
+    /// update JobId=12`) unless only that task was asked for (`12_0`).
+    fn names_whole_array(&self, job_id: u64, only_task: bool) -> bool {
+        !only_task
+            && self.node.read(|s| {
+                s.job(job_id)
+                    .is_some_and(|r| r.job.spec.array_job_id == job_id)
+            })
+    }
+
     fn job_proto(&self, job_id: u64) -> Result<Job, Status> {
         self.node
             .read(|s| s.job(job_id).map(|r| self.job_to_proto(r)))
@@ -219,14 +229,9 @@ impl BerthApi for ApiService {
         let caller = self.caller(&request)?;
         let CancelJobRequest { job_id, only_task } = request.into_inner();
         self.require_job_owner(&caller, job_id, "cancel")?;
-        // An array's id names the whole array (scancel 12), unless only
-        // that task was asked for (scancel 12_0). Every task has the same
-        // owner, so the check above covers them all.
-        let whole_array = !only_task
-            && self.node.read(|s| {
-                s.job(job_id)
-                    .is_some_and(|r| r.job.spec.array_job_id == job_id)
-            });
+        // Every task has the same owner, so the check above covers them
+        // all.
+        let whole_array = self.names_whole_array(job_id, only_task);
         let command = if whole_array {
             Command::CancelArray {
                 array_job_id: job_id,
@@ -317,13 +322,9 @@ impl BerthApi for ApiService {
             features: req.set_features.then(|| req.features.clone()),
             priority: req.priority,
         };
-        // An array's id names the whole array, as in scancel; every task
-        // has the same owner, so the check above covers them all.
-        let whole_array = !req.only_task
-            && self.node.read(|s| {
-                s.job(req.job_id)
-                    .is_some_and(|r| r.job.spec.array_job_id == req.job_id)
-            });
+        // Every task has the same owner, so the check above covers them
+        // all.
+        let whole_array = self.names_whole_array(req.job_id, req.only_task);
         match self
             .node
             .propose(Command::UpdateJob {

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use berth_scheduler::array::{self, ARRAY_INDEX_MAX};
-use berth_scheduler::{ArrayTask, JobId, JobSpec, Placement};
+use berth_scheduler::{ArrayTask, JobId, JobSpec, JobState, Placement};
 
 use super::{Dirty, SmState};
 use crate::command::Response;
@@ -97,6 +97,30 @@ impl SmState {
         counts
     }
 
+    /// Every task of the array `array_job_id` with its state, in task
+    /// order; an error naming it when the id is no job or no array's.
+    pub(super) fn array_tasks(
+        &self,
+        array_job_id: JobId,
+    ) -> Result<Vec<(JobId, JobState)>, String> {
+        let Some(first) = self.data.jobs.get(&array_job_id) else {
+            return Err(format!("job {array_job_id} does not exist"));
+        };
+        let spec = &first.job.spec;
+        if spec.array_job_id != array_job_id {
+            return Err(format!("job {array_job_id} is not a job array's id"));
+        }
+        // Tasks have consecutive ids from the array's id.
+        let last = array_job_id.saturating_add(u64::from(spec.array_task_count.max(1)) - 1);
+        Ok(self
+            .data
+            .jobs
+            .range(array_job_id..=last)
+            .filter(|(_, r)| r.job.spec.array_job_id == array_job_id)
+            .map(|(id, r)| (*id, r.job.state))
+            .collect())
+    }
+
     /// Cancels every unfinished task of the array `array_job_id`: pending
     /// ones end at once, running ones are stopped as a cancel does. An id
     /// that is no array's is refused and changes nothing.
@@ -106,26 +130,16 @@ impl SmState {
         now_ms: u64,
         dirty: &mut Dirty,
     ) -> Response {
-        let Some(first) = self.data.jobs.get(&array_job_id) else {
-            return Response::Rejected {
-                reason: format!("job {array_job_id} does not exist"),
-            };
+        let tasks = match self.array_tasks(array_job_id) {
+            Ok(tasks) => tasks,
+            Err(reason) => return Response::Rejected { reason },
         };
-        let spec = &first.job.spec;
-        if spec.array_job_id != array_job_id {
-            return Response::Rejected {
-                reason: format!("job {array_job_id} is not a job array's id"),
-            };
-        }
-        let previous_state = first.job.state;
-        // Tasks have consecutive ids from the array's id.
-        let last = array_job_id.saturating_add(u64::from(spec.array_task_count.max(1)) - 1);
-        let live: Vec<JobId> = self
-            .data
-            .jobs
-            .range(array_job_id..=last)
-            .filter(|(_, r)| r.job.spec.array_job_id == array_job_id && !r.job.state.is_final())
-            .map(|(id, _)| *id)
+        // The array's id is its first task's.
+        let previous_state = tasks.first().map_or(JobState::Pending, |&(_, state)| state);
+        let live: Vec<JobId> = tasks
+            .into_iter()
+            .filter(|(_, state)| !state.is_final())
+            .map(|(id, _)| id)
             .collect();
         if live.is_empty() {
             return Response::Rejected {

@@ -126,26 +126,15 @@ impl SmState {
         array_job_id: JobId,
         update: &JobUpdate,
     ) -> Result<Vec<JobId>, String> {
-        let Some(first) = self.data.jobs.get(&array_job_id) else {
-            return Err(format!("job {array_job_id} does not exist"));
-        };
-        if first.job.spec.array_job_id != array_job_id {
-            return Err(format!("job {array_job_id} is not a job array's id"));
-        }
-        // Tasks have consecutive ids from the array's id.
-        let count = u64::from(first.job.spec.array_task_count.max(1));
-        let last = array_job_id.saturating_add(count - 1);
         let tasks: Vec<JobId> = self
-            .data
-            .jobs
-            .range(array_job_id..=last)
-            .filter(|(_, r)| r.job.spec.array_job_id == array_job_id)
-            .filter(|(_, r)| match r.job.state {
+            .array_tasks(array_job_id)?
+            .into_iter()
+            .filter(|(_, state)| match state {
                 JobState::Pending => true,
                 JobState::Running => update.only_time_limit(),
                 _ => false,
             })
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         if tasks.is_empty() {
             return Err(format!(

@@ -76,6 +76,28 @@ fn refused(s: &mut SmState, job_id: JobId, u: JobUpdate, admin: bool) -> String 
     }
 }
 
+/// Adds `qos` and account `lab`, whose user alice may use `normal` and it.
+fn allow_qos(s: &mut SmState, qos: berth_scheduler::Qos) {
+    let name = qos.name.clone();
+    for change in [
+        crate::policy::PolicyChange::UpsertQos(qos),
+        crate::policy::PolicyChange::UpsertAccount(berth_scheduler::Account {
+            name: "lab".into(),
+            users: vec!["alice".into()],
+            qos: vec!["normal".into(), name],
+            ..Default::default()
+        }),
+    ] {
+        assert_eq!(
+            s.apply(
+                &Command::SetPolicy { change, now_ms: 2 },
+                &mut Dirty::default()
+            ),
+            Response::PolicySet
+        );
+    }
+}
+
 fn start(s: &mut SmState, job_id: JobId) {
     let r = s.apply(
         &Command::ApplyPlan {
@@ -377,23 +399,7 @@ fn a_running_job_changes_only_its_time_limit_and_a_finished_one_nothing() {
 #[test]
 fn partition_and_qos_are_checked_against_the_policy() {
     let mut s = state();
-    for change in [
-        crate::policy::PolicyChange::UpsertQos(berth_scheduler::Qos::named("team")),
-        crate::policy::PolicyChange::UpsertAccount(berth_scheduler::Account {
-            name: "lab".into(),
-            users: vec!["alice".into()],
-            qos: vec!["normal".into(), "team".into()],
-            ..Default::default()
-        }),
-    ] {
-        assert_eq!(
-            s.apply(
-                &Command::SetPolicy { change, now_ms: 2 },
-                &mut Dirty::default()
-            ),
-            Response::PolicySet
-        );
-    }
+    allow_qos(&mut s, berth_scheduler::Qos::named("team"));
     let a = submit(&mut s, "a", spec("a"));
     let qos = |q: &str| JobUpdate {
         qos: Some(q.into()),
@@ -534,23 +540,7 @@ fn an_array_update_counts_its_tasks_against_a_submit_limit() {
     let mut s = state();
     let mut small = berth_scheduler::Qos::named("small");
     small.limits.max_submit_jobs_per_user = Some(2);
-    for change in [
-        crate::policy::PolicyChange::UpsertQos(small),
-        crate::policy::PolicyChange::UpsertAccount(berth_scheduler::Account {
-            name: "lab".into(),
-            users: vec!["alice".into()],
-            qos: vec!["normal".into(), "small".into()],
-            ..Default::default()
-        }),
-    ] {
-        assert_eq!(
-            s.apply(
-                &Command::SetPolicy { change, now_ms: 2 },
-                &mut Dirty::default()
-            ),
-            Response::PolicySet
-        );
-    }
+    allow_qos(&mut s, small);
     let array = submit(
         &mut s,
         "arr",
