@@ -205,8 +205,22 @@ async fn stop_ends_a_sleep_by_sigterm_within_the_grace() {
     procgroup::become_subreaper().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (tx, mut rx) = mpsc::channel(8);
-    let h = runner::spawn(assignment(6, "sleep 100"), ctx(dir.path()), tx);
+    let h = runner::spawn(
+        assignment(6, "echo up > ready; exec sleep 100"),
+        ctx(dir.path()),
+        tx,
+    );
     let pgid = expect_started(&mut rx).await;
+    // Stopped once its command runs: a SIGTERM to the group while the
+    // shell is still forking can miss a child it is making (a shell's own
+    // race, which only the grace's SIGKILL ends), and that is not what
+    // this test is about.
+    let ready = dir.path().join("ready");
+    let until = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&ready).unwrap_or_default() != "up\n" {
+        assert!(Instant::now() < until, "the job's command never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let grace = Duration::from_secs(10);
     let asked = Instant::now();

@@ -109,11 +109,20 @@ fn main() -> ExitCode {
     }
     let mut command = Command::new(program);
     command.args(&args[4..]);
-    // SAFETY: sigprocmask is async-signal-safe, and `caught_mask` is a
-    // plain value copied into the closure; nothing else runs between fork
-    // and exec.
+    // The child gets the default dispositions back before it unblocks: a
+    // stop signal already pending must end it, not run the shim's handler
+    // in it and vanish (exec would reset the handler only afterwards, and
+    // the job's own children would then never see the signal).
+    // SAFETY: signal and sigprocmask are async-signal-safe, and
+    // `caught_mask` is a plain value copied into the closure; nothing else
+    // runs between fork and exec.
     unsafe {
         command.pre_exec(move || {
+            for sig in CAUGHT_SIGNALS {
+                if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             if libc::sigprocmask(libc::SIG_UNBLOCK, &caught_mask, std::ptr::null_mut()) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
