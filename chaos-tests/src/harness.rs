@@ -737,6 +737,25 @@ impl LocalCluster {
         panic!("job {job_id} did not reach {what} within {deadline:?}; last seen: {last}");
     }
 
+    /// Runs the `berth` CLI with `args` against the cluster and returns
+    /// its stdout; panics with its output when it fails (a test helper).
+    pub async fn berth_cli(&self, args: &[&str]) -> String {
+        let servers = self.servers().join(",");
+        let out = tokio::process::Command::new(tool("berth").expect("the berth binary"))
+            .args(["--server", &servers])
+            .args(args)
+            .output()
+            .await
+            .expect("run berth");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "berth {args:?}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
+
     /// A client for any running node that answers.
     pub async fn client(&self) -> Result<HarnessClient, HarnessError> {
         let mut last = String::from("no node is running");

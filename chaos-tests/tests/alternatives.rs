@@ -101,22 +101,8 @@ async fn a_job_runs_on_its_second_set_when_the_first_can_never_fit() {
     );
 }
 
-/// Runs the `berth` CLI against the cluster; its stdout.
 async fn berth(cluster: &LocalCluster, args: &[&str]) -> String {
-    let servers = cluster.servers().join(",");
-    let out = tokio::process::Command::new(berth_chaos::harness::tool("berth").expect("berth"))
-        .args(["--server", &servers])
-        .args(args)
-        .output()
-        .await
-        .expect("run berth");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{args:?}: {text} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    cluster.berth_cli(args).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

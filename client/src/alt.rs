@@ -92,11 +92,6 @@ pub fn parse_alt(text: &str, defaults: &AltDefaults) -> Result<ResourceSet, AltE
                     value.parse().ok().filter(|&n: &u32| n > 0).ok_or_else(|| {
                         fail(format!("nodes={value}: expected a number at least 1"))
                     })?;
-                if n > 1 {
-                    return Err(fail(format!(
-                        "nodes={n}: multi-node jobs are not supported yet, a Berth job runs on one host"
-                    )));
-                }
                 set.nodes = n;
             }
             _ => set.partition = value.to_string(),
@@ -168,7 +163,7 @@ mod tests {
         );
         assert!(err("cpus=4,cpus=8").contains("cpus is given twice"));
         assert!(err("mem=lots").starts_with("invalid --alt \"mem=lots\": mem: invalid memory size"));
-        assert!(err("nodes=2").contains("multi-node jobs are not supported yet"));
+        assert!(err("nodes=0").contains("nodes=0: expected a number at least 1"));
         assert!(err("cpus=4,,mem=1G").contains("an empty entry"));
         assert!(err("cpus=4,oops").contains("\"oops\" is not KEY=VALUE"));
         assert!(err("partition=").contains("partition has no value"));

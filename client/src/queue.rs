@@ -77,7 +77,7 @@ pub fn elapsed_s(job: &Job, now_ms: u64) -> u64 {
 /// for a waiting job ("(None)" when the server gave no reason).
 pub fn nodelist_or_reason(job: &Job, state: JobState) -> String {
     if state != JobState::Pending && !job.hosts.is_empty() {
-        return job.hosts.join(",");
+        return crate::hostlist::compress(&job.hosts);
     }
     let reason = if job.reason.is_empty() {
         "None"
@@ -178,7 +178,7 @@ mod tests {
         let row = format_squeue_row(&j, 1_000_000_000);
         assert_eq!(
             row,
-            "                 3     batch    train    alice CD       0:05      2 h1,h2"
+            "                 3     batch    train    alice CD       0:05      2 h[1-2]"
         );
     }
 

@@ -65,12 +65,16 @@ pub fn format_job_details(job: &Job, now_ms: u64) -> String {
         ],
         vec![
             ("Partition", partition),
-            ("NodeList", null(&job.hosts.join(","))),
+            ("NodeList", null(&crate::hostlist::compress(&job.hosts))),
             ("AllocId", job.alloc_id.to_string()),
         ],
         vec![
             ("NumNodes", spec.nodes.max(1).to_string()),
-            ("NumCPUs", spec.cpus.max(1).to_string()),
+            // The job's total, as Slurm counts it: every host gives `cpus`.
+            (
+                "NumCPUs",
+                (u64::from(spec.cpus.max(1)) * u64::from(spec.nodes.max(1))).to_string(),
+            ),
             ("MinMemoryNode", mem(spec.mem_mb)),
             ("Gres", null(&spec.gres.join(","))),
         ],

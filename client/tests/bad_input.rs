@@ -52,9 +52,9 @@ fn a_malformed_memory_size_and_node_count_are_refused() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("invalid memory size \"lots\""));
-    let out = run(Path::new(BERTH), &["submit", "--wrap", "true", "-N", "2"]);
+    let out = run(Path::new(BERTH), &["submit", "--wrap", "true", "-N", "two"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("multi-node jobs are not supported yet"));
+    assert!(stderr(&out).contains("invalid node count \"two\""));
 }
 
 #[test]

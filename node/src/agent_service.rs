@@ -266,7 +266,7 @@ fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
                     spec: Some(convert::spec_to_proto(&r.job.spec)),
                     cpus: alloc.resources.cpus,
                     mem_mb: alloc.resources.mem_mb,
-                    hosts: vec![alloc.host.clone()],
+                    hosts: alloc.hosts().map(str::to_string).collect(),
                     start_ms: alloc.start_ms,
                     stop_grace_s,
                     gpu_indices: alloc.gpu_indices.clone(),

@@ -186,7 +186,11 @@ pub fn job_to_proto(record: &JobRecord, reason: &Reason) -> api::Job {
         submit_ms: job.submit_ms,
         start_ms: job.alloc.as_ref().map(|a| a.start_ms).unwrap_or(0),
         end_ms: job.end_ms,
-        hosts: job.alloc.iter().map(|a| a.host.clone()).collect(),
+        hosts: job
+            .alloc
+            .iter()
+            .flat_map(|a| a.hosts().map(str::to_string))
+            .collect(),
         exit_code: job.exit_code,
         exit_signal: job.exit_signal,
         alloc_id: job.alloc.as_ref().map(|a| a.alloc_id).unwrap_or(0),

@@ -296,7 +296,7 @@ async fn run_pass(node: &Node, policy: &Policy) {
     *node.last_pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(crate::ui::track::LastPass {
         at_ms: pass_ms,
         duration_us: started.elapsed().as_micros() as u64,
-        starts: plan.starts.len(),
+        starts: plan.starts.len() + plan.gang_starts.len(),
         waiting: plan.reasons.len(),
     });
     // Moved, not copied: with a long queue these maps hold an entry per
@@ -327,15 +327,16 @@ async fn run_pass(node: &Node, policy: &Policy) {
             .map(|r| (r.job_id, r.start_ms))
             .collect();
     }
-    if plan.starts.is_empty() && plan.evictions.is_empty() {
+    if plan.starts.is_empty() && plan.gang_starts.is_empty() && plan.evictions.is_empty() {
         return;
     }
-    let planned = plan.starts.len();
+    let planned = plan.starts.len() + plan.gang_starts.len();
     let evictions = plan.evictions.len();
     let command = Command::ApplyPlan {
         snapshot_index,
         now_ms: now_ms(),
         starts: plan.starts,
+        gang_starts: plan.gang_starts,
         evictions: plan.evictions,
         borrowed: plan.borrowed,
     };

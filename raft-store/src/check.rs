@@ -275,8 +275,10 @@ fn check_state(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
         if let Some(alloc) = &record.job.alloc {
             max_alloc_id = max_alloc_id.max(alloc.alloc_id);
             if record.job.state == JobState::Running {
-                let sum = allocated.entry(alloc.host.clone()).or_default();
-                *sum = sum.saturating_add(alloc.resources);
+                for host in alloc.hosts() {
+                    let sum = allocated.entry(host.to_string()).or_default();
+                    *sum = sum.saturating_add(alloc.resources);
+                }
             }
         } else if record.job.state == JobState::Running {
             report.problem(format!("job {id} is RUNNING without an allocation"));

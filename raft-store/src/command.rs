@@ -2,7 +2,9 @@
 //! proposed through Raft (invariant 2). Time arrives inside the command,
 //! stamped by the leader, so `apply` never reads a clock.
 
-use berth_scheduler::{AdminReservation, Eviction, Inventory, JobId, JobSpec, JobState, Placement};
+use berth_scheduler::{
+    AdminReservation, Eviction, GangPlacement, Inventory, JobId, JobSpec, JobState, Placement,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::policy::PolicyChange;
@@ -102,8 +104,11 @@ impl JobUpdate {
 /// request instead); 10 = `UpdateJob` carries `priority` (`scontrol
 /// update Priority=`; a version-9 node would drop it and answer that
 /// nothing changed) and `whole_array` (a version-9 node would change only
-/// the array's first task).
-pub const COMMAND_VERSION: u32 = 10;
+/// the array's first task); 11 = multi-host jobs: `ApplyPlan` carries
+/// `gang_starts` and an allocation its `gang` hosts (a version-10 node
+/// would drop the gangs, or hand a gang's room on its other hosts to other
+/// jobs).
+pub const COMMAND_VERSION: u32 = 11;
 
 /// One Raft log payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,6 +170,10 @@ pub enum Command {
         snapshot_index: u64,
         now_ms: u64,
         starts: Vec<Placement>,
+        /// Multi-host jobs, each started on all its hosts or not at all.
+        /// Added in command version 11.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        gang_starts: Vec<GangPlacement>,
         /// Running jobs to stop for blocked ones (preemption, idle-fill
         /// reclaim); each re-checked against its allocation. Added in
         /// command version 7.

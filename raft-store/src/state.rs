@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
 use berth_scheduler::{
-    fits, Allocation, Eviction, Host, HostState, Inventory, Job, JobId, JobSpec, JobState,
-    PendingJob, Placement, Resources, RunningJob, Snapshot,
+    fits, Allocation, Eviction, GangMember, GangPlacement, Host, HostState, Inventory, Job, JobId,
+    JobSpec, JobState, PendingJob, Placement, Resources, RunningJob, Snapshot,
 };
 use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
@@ -236,8 +236,10 @@ impl SmState {
                 JobState::Running => {
                     state.running.insert(*id);
                     if let Some(alloc) = &record.job.alloc {
-                        if let Some(host) = data.hosts.get_mut(&alloc.host) {
-                            host.allocated = host.allocated.saturating_add(alloc.resources);
+                        for name in alloc.hosts() {
+                            if let Some(host) = data.hosts.get_mut(name) {
+                                host.allocated = host.allocated.saturating_add(alloc.resources);
+                            }
                         }
                     }
                 }
@@ -322,7 +324,6 @@ impl SmState {
             .pending
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
-            // The live system places single-host jobs for now.
             .map(|r| PendingJob {
                 id: r.job.id,
                 submit_ms: r.job.submit_ms,
@@ -352,7 +353,7 @@ impl SmState {
                 }
                 Some(RunningJob {
                     id: r.job.id,
-                    hosts: vec![alloc.host.clone()],
+                    hosts: alloc.hosts().map(str::to_string).collect(),
                     per_host: alloc.resources,
                     end_ms,
                     start_ms: alloc.start_ms,
@@ -411,9 +412,24 @@ impl SmState {
                 snapshot_index,
                 now_ms,
                 starts,
+                gang_starts,
                 evictions,
                 borrowed,
-            } => self.apply_plan(*snapshot_index, starts, borrowed, evictions, *now_ms, dirty),
+            } => {
+                let planned: Vec<PlannedStart<'_>> = starts
+                    .iter()
+                    .map(PlannedStart::of)
+                    .chain(gang_starts.iter().map(PlannedStart::of_gang))
+                    .collect();
+                self.apply_plan(
+                    *snapshot_index,
+                    &planned,
+                    borrowed,
+                    evictions,
+                    *now_ms,
+                    dirty,
+                )
+            }
             Command::CreateReservation {
                 reservation,
                 now_ms,
@@ -431,7 +447,7 @@ impl SmState {
                 let mut ended = 0;
                 for host in hosts {
                     let why = format!("{host} sent no heartbeat for {timeout_ms} ms");
-                    ended += self.fail_allocations(host, &[], &why, *now_ms, dirty);
+                    ended += self.fail_allocations(HostMatch::Any(host), &[], &why, *now_ms, dirty);
                 }
                 Response::HostsFailed { jobs_ended: ended }
             }
@@ -699,7 +715,9 @@ impl SmState {
         dirty: &mut Dirty,
     ) {
         let why = format!("the agent on {host} restarted and no longer runs this allocation");
-        self.fail_allocations(host, running_allocs, &why, now_ms, dirty);
+        // Only the batch host runs anything: a gang member's agent has
+        // nothing of the job to lose.
+        self.fail_allocations(HostMatch::Batch(host), running_allocs, &why, now_ms, dirty);
     }
 
     /// Ends as NODE_FAIL every job running on `host` except allocations in
@@ -708,7 +726,7 @@ impl SmState {
     /// agent stops them when it reconnects (they leave its assignment set).
     fn fail_allocations(
         &mut self,
-        host: &str,
+        host: HostMatch<'_>,
         keep: &[u64],
         why: &str,
         now_ms: u64,
@@ -722,7 +740,7 @@ impl SmState {
                 r.job
                     .alloc
                     .as_ref()
-                    .is_some_and(|a| a.host == host && !keep.contains(&a.alloc_id))
+                    .is_some_and(|a| host.matches(a) && !keep.contains(&a.alloc_id))
             })
             .map(|r| r.job.id)
             .collect();
@@ -771,9 +789,11 @@ impl SmState {
         else {
             return;
         };
-        if let Some(h) = self.data.hosts.get_mut(&alloc.host) {
-            h.allocated = h.allocated.saturating_sub(alloc.resources);
-            dirty.hosts.insert(alloc.host.clone());
+        for name in alloc.hosts() {
+            if let Some(h) = self.data.hosts.get_mut(name) {
+                h.allocated = h.allocated.saturating_sub(alloc.resources);
+                dirty.hosts.insert(name.to_string());
+            }
         }
     }
 
@@ -783,7 +803,8 @@ impl SmState {
         self.running
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
-            .filter_map(|r| r.job.alloc.as_ref().map(|a| a.host.clone()))
+            .filter_map(|r| r.job.alloc.as_ref())
+            .flat_map(|a| a.hosts().map(str::to_string))
             .collect()
     }
 
@@ -847,7 +868,7 @@ impl SmState {
     fn apply_plan(
         &mut self,
         snapshot_index: u64,
-        starts: &[Placement],
+        starts: &[PlannedStart<'_>],
         borrowed: &[JobId],
         evictions: &[Eviction],
         now_ms: u64,
@@ -861,7 +882,7 @@ impl SmState {
         // Begin times and dependencies, read before any of the plan starts:
         // a start never satisfies another job's dependency, and a
         // singleton peer pending ahead still blocks in the pass's snapshot.
-        let mut array_running = self.array_running(starts);
+        let mut array_running = self.array_running(starts.iter().map(|p| p.job_id));
         let not_yet: BTreeSet<JobId> = {
             let view = spec_rules::DependencyView::new(self);
             starts
@@ -925,10 +946,11 @@ impl SmState {
     }
 
     /// Invariant 3: the placement is checked again against the state it
-    /// lands on, with the same `fits` the pass used.
+    /// lands on, with the same `fits` the pass used, on every host of it:
+    /// a gang starts on all its hosts or not at all.
     fn recheck_and_start(
         &mut self,
-        placement: &Placement,
+        placement: &PlannedStart<'_>,
         borrowed: bool,
         now_ms: u64,
         dirty: &mut Dirty,
@@ -939,57 +961,50 @@ impl SmState {
         if record.job.state != JobState::Pending || record.job.held() {
             return false;
         }
-        if let Some(why) = self.reservation_blocks(&record.job.spec, &placement.host, now_ms) {
-            tracing::debug!(job = placement.job_id, %why, "placement dropped");
-            return false;
-        }
-        let Some(host) = self.data.hosts.get(&placement.host) else {
-            return false;
-        };
-        // What the job takes there: its request, or the whole host when
-        // exclusive (then `fits` below also finds the host empty).
         let spec = &record.job.spec;
         // The resource path the plan chose: an alternative's request, or
         // the job's own; a path the job does not have drops the placement.
         let Some(shape) = spec.shape_on(placement.path) else {
             return false;
         };
-        let view = host.view(HostState::Up);
-        // The host must be of the path's kind: GPU model, emulator kind
-        // and group, features.
-        if berth_scheduler::fit::eligible(&view, &shape, None).is_err() {
+        // As many distinct hosts as the path asks for, the batch host first.
+        let hosts = placement.hosts;
+        let distinct: BTreeSet<&str> = hosts.iter().map(String::as_str).collect();
+        if hosts.len() != shape.hosts_needed() || distinct.len() != hosts.len() {
             return false;
         }
-        let need = berth_scheduler::pass::need_on(&view, shape.per_host, spec.exclusive);
-        if need != Some(placement.resources) {
-            return false;
-        }
-        // Liveness is leader soft state; the re-check is about capacity and
-        // a drain its agent asked for (the view says `Drain` then).
-        if fits(&host.view(HostState::Up), placement.resources).is_err() {
-            return false;
-        }
-        let gpu_indices = if placement.resources.gpus > 0 {
-            let total = host.inventory.gpus;
-            let in_use: Vec<u32> = self
-                .running
-                .iter()
-                .filter_map(|id| self.data.jobs.get(id)?.job.alloc.as_ref())
-                .filter(|a| a.host == placement.host)
-                .flat_map(|a| a.gpu_indices.iter().copied())
-                .collect();
-            match berth_scheduler::gres::pick_devices(total, &in_use, placement.resources.gpus) {
-                Some(picked) => picked,
+        let mut devices: Vec<Vec<u32>> = Vec::with_capacity(hosts.len());
+        for name in hosts {
+            match self.host_takes(
+                placement.job_id,
+                spec,
+                &shape,
+                name,
+                placement.resources,
+                now_ms,
+            ) {
+                Some(picked) => devices.push(picked),
                 None => return false,
             }
-        } else {
-            Vec::new()
-        };
-        let Some(host) = self.data.hosts.get_mut(&placement.host) else {
-            return false;
-        };
-        host.allocated = host.allocated.saturating_add(placement.resources);
-        debug_assert!(host.allocated.within(host.inventory.resources()));
+        }
+        for name in hosts {
+            let Some(host) = self.data.hosts.get_mut(name) else {
+                return false;
+            };
+            host.allocated = host.allocated.saturating_add(placement.resources);
+            debug_assert!(host.allocated.within(host.inventory.resources()));
+        }
+        let mut devices = devices.into_iter();
+        let gpu_indices = devices.next().unwrap_or_default();
+        let gang = hosts[1..]
+            .iter()
+            .zip(devices)
+            .map(|(host, gpu_indices)| GangMember {
+                host: host.clone(),
+                gpu_indices,
+            })
+            .collect();
+        let batch_host = hosts[0].clone();
         let alloc_id = self.data.counters.next_alloc_id;
         self.data.counters.next_alloc_id += 1;
         let Some(record) = self.data.jobs.get_mut(&placement.job_id) else {
@@ -1002,16 +1017,17 @@ impl SmState {
         self.room_claims.remove(&placement.job_id);
         record.job.alloc = Some(Allocation {
             alloc_id,
-            host: placement.host.clone(),
+            host: batch_host,
             resources: placement.resources,
             start_ms: now_ms,
-            partition: placement.partition.clone(),
+            partition: placement.partition.to_string(),
             gpu_indices,
             alternative: if record.job.spec.alternatives.is_empty() {
                 0
             } else {
                 u32::try_from(placement.path + 1).unwrap_or(u32::MAX)
             },
+            gang,
         });
         let loan = if borrowed {
             " on borrowed capacity (idle-fill; reclaimable)"
@@ -1023,7 +1039,7 @@ impl SmState {
             "allocated",
             format!(
                 "Allocated on {} (allocation {alloc_id}){loan}",
-                placement.host
+                hosts.join(",")
             ),
         );
         let sets = &record.job.spec.alternatives;
@@ -1039,8 +1055,48 @@ impl SmState {
         self.pending.remove(&placement.job_id);
         self.running.insert(placement.job_id);
         dirty.jobs.insert(placement.job_id);
-        dirty.hosts.insert(placement.host.clone());
+        dirty.hosts.extend(hosts.iter().cloned());
         true
+    }
+
+    /// The GPU devices `job_id` would get on `name` if the host can take
+    /// `resources` of `shape` now: not closed to it by an admin
+    /// reservation, of the path's kind (GPU model, emulator kind and group,
+    /// features), asked exactly what the job takes there (its request, or
+    /// the whole host when exclusive), and with the room. `None` otherwise.
+    fn host_takes(
+        &self,
+        job_id: JobId,
+        spec: &JobSpec,
+        shape: &berth_scheduler::pass::Shape,
+        name: &str,
+        resources: Resources,
+        now_ms: u64,
+    ) -> Option<Vec<u32>> {
+        if let Some(why) = self.reservation_blocks(spec, name, now_ms) {
+            tracing::debug!(job = job_id, %why, "placement dropped");
+            return None;
+        }
+        let host = self.data.hosts.get(name)?;
+        // Liveness is leader soft state; the re-check is about capacity and
+        // a drain its agent asked for (the view says `Drain` then).
+        let view = host.view(HostState::Up);
+        berth_scheduler::fit::eligible(&view, shape, None).ok()?;
+        let need = berth_scheduler::pass::need_on(&view, shape.per_host, spec.exclusive);
+        if need != Some(resources) {
+            return None;
+        }
+        fits(&view, resources).ok()?;
+        if resources.gpus == 0 {
+            return Some(Vec::new());
+        }
+        let in_use: Vec<u32> = self
+            .running
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id)?.job.alloc.as_ref())
+            .flat_map(|a| a.gpu_indices_on(name).iter().copied())
+            .collect();
+        berth_scheduler::gres::pick_devices(host.inventory.gpus, &in_use, resources.gpus)
     }
 
     /// The record of `job_id` if `alloc_id` on `host` is its current
@@ -1135,6 +1191,58 @@ impl SmState {
     }
 }
 
+/// One start of a plan, on one host or on a gang's hosts (the batch host
+/// first): what `apply` re-checks either way.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct PlannedStart<'a> {
+    pub job_id: JobId,
+    pub hosts: &'a [String],
+    /// What it takes on each host.
+    pub resources: Resources,
+    pub partition: &'a str,
+    pub path: usize,
+}
+
+impl<'a> PlannedStart<'a> {
+    fn of(p: &'a Placement) -> PlannedStart<'a> {
+        PlannedStart {
+            job_id: p.job_id,
+            hosts: std::slice::from_ref(&p.host),
+            resources: p.resources,
+            partition: &p.partition,
+            path: p.path,
+        }
+    }
+
+    fn of_gang(g: &'a GangPlacement) -> PlannedStart<'a> {
+        PlannedStart {
+            job_id: g.job_id,
+            hosts: &g.hosts,
+            resources: g.resources,
+            partition: &g.partition,
+            path: g.path,
+        }
+    }
+}
+
+/// Which allocations a host-wide failure ends.
+#[derive(Debug, Clone, Copy)]
+enum HostMatch<'a> {
+    /// Those whose batch host it is (where the job's processes run).
+    Batch(&'a str),
+    /// Every allocation holding room on it: a gang fails with any member.
+    Any(&'a str),
+}
+
+impl HostMatch<'_> {
+    fn matches(self, alloc: &Allocation) -> bool {
+        match self {
+            HostMatch::Batch(host) => alloc.host == host,
+            HostMatch::Any(host) => alloc.holds(host),
+        }
+    }
+}
+
 /// True when a job started at `start_ms` with `spec`'s limit is past it at
 /// `now_ms`. A limit of 0 means none.
 fn past_limit(spec: &JobSpec, start_ms: u64, now_ms: u64) -> bool {
@@ -1162,9 +1270,9 @@ pub fn validate_submit(request_id: &str, spec: &JobSpec) -> Result<(), String> {
             "the job's command is longer than {COMMAND_BYTES_MAX} bytes"
         ));
     }
-    if spec.nodes > 1 {
+    if spec.nodes as usize > NODES_PER_JOB_MAX {
         return Err(format!(
-            "jobs on more than one host are not supported yet (asked for {} nodes)",
+            "the job asks for {} nodes; at most {NODES_PER_JOB_MAX} are allowed",
             spec.nodes
         ));
     }
@@ -1180,12 +1288,16 @@ pub fn validate_submit(request_id: &str, spec: &JobSpec) -> Result<(), String> {
     Ok(())
 }
 
+/// The most hosts one job may span (a bound on the allocation a plan
+/// re-checks and a record carries).
+pub const NODES_PER_JOB_MAX: usize = 4096;
+
 /// The most alternative resource sets one job may carry (emulator jobs
 /// carry ten or more; the bound keeps a pass's work per job small).
 pub const ALTERNATIVES_MAX: usize = 32;
 
-/// A submit's alternative resource sets: bounded in number, each on one
-/// host, without a partition of its own (the job's partitions apply to
+/// A submit's alternative resource sets: bounded in number and in hosts,
+/// without a partition of its own (the job's partitions apply to
 /// every set), and each `gres` parsed by the job's own parser.
 fn validate_alternatives(spec: &JobSpec) -> Result<(), String> {
     if spec.alternatives.len() > ALTERNATIVES_MAX {
@@ -1196,9 +1308,9 @@ fn validate_alternatives(spec: &JobSpec) -> Result<(), String> {
     }
     for (i, set) in spec.alternatives.iter().enumerate() {
         let n = i + 1;
-        if set.nodes > 1 {
+        if set.nodes as usize > NODES_PER_JOB_MAX {
             return Err(format!(
-                "alternative {n}: jobs on more than one host are not supported yet (asked for {} nodes)",
+                "alternative {n}: asks for {} nodes; at most {NODES_PER_JOB_MAX} are allowed",
                 set.nodes
             ));
         }
@@ -1217,6 +1329,9 @@ fn validate_alternatives(spec: &JobSpec) -> Result<(), String> {
 /// How an event names a resource set: `cpus=8,mem=32768M,gres=emu:zebu:2`.
 fn set_text(set: &berth_scheduler::ResourceSet) -> String {
     let mut text = format!("cpus={},mem={}M", set.cpus.max(1), set.mem_mb);
+    if set.nodes > 1 {
+        text.push_str(&format!(",nodes={}", set.nodes));
+    }
     if !set.gres.is_empty() {
         text.push_str(&format!(",gres={}", set.gres.join(",")));
     }
@@ -1229,6 +1344,8 @@ mod alt_tests;
 mod array_tests;
 #[cfg(test)]
 mod evict_tests;
+#[cfg(test)]
+mod gang_tests;
 #[cfg(test)]
 mod spec_rules_tests;
 #[cfg(test)]

@@ -59,8 +59,8 @@ pub use evict::{EvictCause, Eviction};
 pub use fit::{fits, Lack};
 pub use idlefill::IdleFill;
 pub use model::{
-    Allocation, EmulatorInventory, EvictMark, Host, HostState, Inventory, Job, JobId, JobSpec,
-    JobState, ResourceSet, Resources,
+    Allocation, EmulatorInventory, EvictMark, GangMember, Host, HostState, Inventory, Job, JobId,
+    JobSpec, JobState, ResourceSet, Resources,
 };
 pub use partition::Partition;
 pub use pass::{

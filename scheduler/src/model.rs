@@ -307,12 +307,13 @@ impl JobSpec {
         )
     }
 
-    /// Its resource request as the scheduler places it (one host, whole
-    /// when `exclusive`; `gres` gives the GPU model and emulator kind,
+    /// Its resource request as the scheduler places it (`nodes` hosts,
+    /// each whole when `exclusive`; `gres` gives the GPU model and emulator kind,
     /// `features` what the host must offer).
     pub fn shape(&self) -> Result<crate::pass::Shape, String> {
         let mut shape = crate::pass::Shape::one(Resources::cpu_mem(self.cpus.max(1), self.mem_mb));
         crate::gres::apply_gres(&mut shape, &self.gres)?;
+        shape.nodes = self.nodes.max(1);
         shape.exclusive = self.exclusive;
         shape.features = self.features.clone();
         Ok(shape)
@@ -330,6 +331,7 @@ impl JobSpec {
                     crate::pass::Shape::one(Resources::cpu_mem(set.cpus.max(1), set.mem_mb));
                 crate::gres::apply_gres(&mut shape, &set.gres)
                     .map_err(|e| format!("alternative {}: {e}", i + 1))?;
+                shape.nodes = set.nodes.max(1);
                 shape.exclusive = self.exclusive;
                 shape.features = self.features.clone();
                 Ok(shape)
@@ -400,6 +402,44 @@ pub struct Allocation {
     /// 0 = the job's own request (it has none).
     #[serde(default)]
     pub alternative: u32,
+    /// The other hosts of a multi-host job (a gang), in name order after
+    /// `host`, each holding `resources` too. The batch script runs on
+    /// `host` only, as Slurm's does on the first node; the others' room is
+    /// the job's until it ends. Empty for a one-host job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gang: Vec<GangMember>,
+}
+
+/// One more host of a multi-host allocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GangMember {
+    pub host: String,
+    /// The GPU devices it holds there.
+    #[serde(default)]
+    pub gpu_indices: Vec<u32>,
+}
+
+impl Allocation {
+    /// Every host it holds, the batch host first.
+    pub fn hosts(&self) -> impl Iterator<Item = &str> + '_ {
+        std::iter::once(self.host.as_str()).chain(self.gang.iter().map(|m| m.host.as_str()))
+    }
+
+    /// Whether it holds room on `host` (as its batch host or a gang member).
+    pub fn holds(&self, host: &str) -> bool {
+        self.hosts().any(|h| h == host)
+    }
+
+    /// The GPU devices it holds on `host` (empty where it holds none).
+    pub fn gpu_indices_on(&self, host: &str) -> &[u32] {
+        if self.host == host {
+            return &self.gpu_indices;
+        }
+        self.gang
+            .iter()
+            .find(|m| m.host == host)
+            .map_or(&[], |m| m.gpu_indices.as_slice())
+    }
 }
 
 /// A job as the state machine keeps it.

@@ -333,9 +333,9 @@ pub struct Placement {
 }
 
 /// A multi-host job (a gang) placed on all its hosts at once. Kept apart
-/// from [`Placement`] because the state machine holds one allocation per
-/// job: the live leader proposes only `starts`, and the snapshot it builds
-/// asks for one host per job, so its plans never hold a gang.
+/// from [`Placement`] so that a one-host start stays one host name; the
+/// live state machine re-checks every host of a gang and starts it on all
+/// of them or none, its batch script on the first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GangPlacement {
     pub job_id: JobId,

@@ -127,9 +127,12 @@ pub async fn run(args: SrunArgs) -> Result<ExitCode> {
     let Some(place) = step_place(&lookup)? else {
         bail!("srun outside a job allocation is not supported yet: Berth has no interactive allocations; submit with sbatch and call srun inside the script");
     };
-    if place.nodes > 1 {
+    // A step on the batch host alone is what `-N 1` asks for; spreading
+    // tasks over the other hosts needs a launcher on their agents.
+    if place.nodes > 1 && args.nodes != Some(1) {
         bail!(
-            "job {} has {} hosts: steps across hosts are not supported yet",
+            "job {} has {} hosts: steps across hosts are not supported yet; \
+             srun -N 1 runs a step on this (the batch) host",
             place.job_id,
             place.nodes
         );

@@ -31,7 +31,8 @@ pub struct SubmitArgs {
     /// CPUs per task
     #[arg(short = 'c', long = "cpus-per-task", value_name = "N")]
     pub cpus_per_task: Option<u32>,
-    /// Tasks (all on the one host); CPUs asked = tasks x cpus-per-task
+    /// Tasks, spread evenly over the job's hosts; CPUs asked per host =
+    /// its tasks x cpus-per-task
     #[arg(short = 'n', long = "ntasks", value_name = "N")]
     pub ntasks: Option<u32>,
     /// Memory for the job: a number with K, M, G or T [default unit: M]
@@ -41,7 +42,7 @@ pub struct SubmitArgs {
     /// days-hours, days-hours:minutes, days-hours:minutes:seconds or UNLIMITED
     #[arg(short = 't', long, value_name = "TIME")]
     pub time: Option<String>,
-    /// Hosts: only 1 is supported for now
+    /// Hosts, all started at once; MIN-MAX allocates MIN
     #[arg(short = 'N', long, value_name = "N[-M]")]
     pub nodes: Option<String>,
     /// Partitions the job may run in, comma-separated
@@ -94,10 +95,10 @@ pub struct SubmitArgs {
     /// Memory per CPU: a number with K, M, G or T [default unit: M]
     #[arg(long = "mem-per-cpu", value_name = "SIZE", conflicts_with = "mem")]
     pub mem_per_cpu: Option<String>,
-    /// Tasks per node; with the one host a job has, the same as --ntasks
+    /// Tasks per host
     #[arg(long = "ntasks-per-node", value_name = "N")]
     pub ntasks_per_node: Option<u32>,
-    /// GPUs for the job, [type:]count (on its one host)
+    /// GPUs for the whole job, [type:]count, spread evenly over its hosts
     #[arg(short = 'G', long = "gpus", value_name = "[TYPE:]N")]
     pub gpus: Option<String>,
     /// GPUs per node, [type:]count
@@ -413,12 +414,13 @@ pub fn build_request(
         Source::Script { text, name, args } => (script_command(text, args), name.clone()),
     };
     refuse_unsupported(args)?;
-    let tasks = match (args.ntasks, args.ntasks_per_node) {
-        (Some(n), Some(per_node)) if n != per_node => bail!(
-            "--ntasks={n} and --ntasks-per-node={per_node} disagree: a Berth job has one host"
-        ),
-        (n, per_node) => n.or(per_node),
-    };
+    let nodes = args
+        .nodes
+        .as_deref()
+        .map(parse_nodes)
+        .transpose()?
+        .unwrap_or(0);
+    let tasks = tasks_per_node(args.ntasks, args.ntasks_per_node, nodes.max(1))?;
     let cpus = cpus(args.cpus_per_task, tasks)?;
     let mem_mb = match (&args.mem, &args.mem_per_cpu) {
         (Some(mem), _) => parse_mem_mb(mem)?,
@@ -433,7 +435,10 @@ pub fn build_request(
         (None, None) => 0,
     };
     let mut gres = list(args.gres.as_deref());
-    if let Some(gpus) = args.gpus.as_deref().or(args.gpus_per_node.as_deref()) {
+    if let Some(gpus) = args.gpus.as_deref() {
+        gres.push(gpu_gres(&gpus_per_node(gpus, nodes.max(1))?)?);
+    }
+    if let Some(gpus) = args.gpus_per_node.as_deref() {
         gres.push(gpu_gres(gpus)?);
     }
     let workdir = match &args.chdir {
@@ -465,12 +470,7 @@ pub fn build_request(
         },
         cpus,
         mem_mb,
-        nodes: args
-            .nodes
-            .as_deref()
-            .map(parse_nodes)
-            .transpose()?
-            .unwrap_or(0),
+        nodes,
         time_limit_s: args
             .time
             .as_deref()
@@ -594,7 +594,56 @@ pub fn gpu_gres(text: &str) -> Result<String> {
     }
 }
 
-/// CPUs for the one host: tasks times CPUs per task; 0 (the server's
+/// Tasks on each host: `--ntasks-per-node`, or `--ntasks` spread evenly
+/// over `nodes` (the busiest host's share, as Slurm's block distribution
+/// gives it); `None` when neither is given.
+fn tasks_per_node(ntasks: Option<u32>, per_node: Option<u32>, nodes: u32) -> Result<Option<u32>> {
+    if ntasks == Some(0) {
+        bail!("invalid --ntasks 0: must be at least 1");
+    }
+    if per_node == Some(0) {
+        bail!("invalid --ntasks-per-node 0: must be at least 1");
+    }
+    match (ntasks, per_node) {
+        (Some(n), Some(k)) if u64::from(n) > u64::from(k) * u64::from(nodes) => bail!(
+            "--ntasks={n} does not fit --ntasks-per-node={k} on {nodes} node(s): at most {} tasks",
+            u64::from(k) * u64::from(nodes)
+        ),
+        (_, Some(k)) => Ok(Some(k)),
+        (Some(n), None) => Ok(Some(n.div_ceil(nodes))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// `--gpus=[TYPE:]N` over `nodes` hosts as the per-host count the job's
+/// gres carries: N must split evenly, since every host of a job takes the
+/// same.
+fn gpus_per_node(text: &str, nodes: u32) -> Result<String> {
+    if nodes <= 1 {
+        return Ok(text.to_string());
+    }
+    let (kind, count) = match text.rsplit_once(':') {
+        Some((kind, count)) => (Some(kind), count),
+        None => (None, text),
+    };
+    let Ok(total) = count.parse::<u32>() else {
+        // gpu_gres names what is wrong with it.
+        return Ok(text.to_string());
+    };
+    if total % nodes != 0 {
+        bail!(
+            "--gpus={text} does not split evenly over {nodes} nodes: every host of a job takes \
+             the same, use a multiple of {nodes} or --gpus-per-node"
+        );
+    }
+    let each = total / nodes;
+    Ok(match kind {
+        Some(k) => format!("{k}:{each}"),
+        None => each.to_string(),
+    })
+}
+
+/// CPUs for each host: its tasks times CPUs per task; 0 (the server's
 /// default of 1) when neither is given.
 fn cpus(per_task: Option<u32>, tasks: Option<u32>) -> Result<u32> {
     if per_task.is_none() && tasks.is_none() {
@@ -613,8 +662,8 @@ fn cpus(per_task: Option<u32>, tasks: Option<u32>) -> Result<u32> {
         .ok_or_else(|| anyhow!("--ntasks {tasks} x --cpus-per-task {per_task} is too many CPUs"))
 }
 
-/// `-N`: "N" or "MIN-MAX" as sbatch takes it; any count above one host is
-/// refused until multi-node jobs exist.
+/// `-N`: "N" or "MIN-MAX" as sbatch takes it. A range allocates MIN hosts:
+/// the scheduler starts a job on a fixed number of hosts.
 fn parse_nodes(text: &str) -> Result<u32> {
     let number = |s: &str| -> Result<u32> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -633,10 +682,7 @@ fn parse_nodes(text: &str) -> Result<u32> {
     if min == 0 || max < min {
         bail!("invalid node count \"{text}\": need at least 1 and MIN <= MAX");
     }
-    if min > 1 {
-        bail!("multi-node jobs are not supported yet (-N {text}): a Berth job runs on one host");
-    }
-    Ok(1)
+    Ok(min)
 }
 
 /// `--alt` sets over the job's own gres, CPUs and memory.
@@ -901,11 +947,19 @@ mod tests {
         let args = |extra: &[&str]| parse(&[&["--wrap", "true"], extra].concat());
         assert!(message(spec(&args(&["-t", "1:xx"]), &wrap("true"))).contains("\"1:xx\""));
         assert!(message(spec(&args(&["--mem", "4X"]), &wrap("true"))).contains("\"4X\""));
+        assert!(message(spec(&args(&["-N", "4-2"]), &wrap("true"))).contains("MIN <= MAX"));
         assert_eq!(
-            message(spec(&args(&["-N", "2"]), &wrap("true"))),
-            "multi-node jobs are not supported yet (-N 2): a Berth job runs on one host"
+            message(spec(&args(&["-N", "2", "--gpus", "a100:3"]), &wrap("true"))),
+            "--gpus=a100:3 does not split evenly over 2 nodes: every host of a job takes the same, \
+             use a multiple of 2 or --gpus-per-node"
         );
-        assert!(message(spec(&args(&["-N", "2-4"]), &wrap("true"))).starts_with("multi-node"));
+        assert_eq!(
+            message(spec(
+                &args(&["-N", "2", "-n", "9", "--ntasks-per-node", "4"]),
+                &wrap("true")
+            )),
+            "--ntasks=9 does not fit --ntasks-per-node=4 on 2 node(s): at most 8 tasks"
+        );
         assert!(message(spec(&args(&["-N", "x"]), &wrap("true"))).contains("invalid node count"));
         assert!(message(spec(&args(&["-N", "0"]), &wrap("true"))).contains("at least 1"));
         assert!(message(spec(&args(&["-c", "0"]), &wrap("true"))).contains("--cpus-per-task 0"));
@@ -916,6 +970,33 @@ mod tests {
                 .ok(),
             Some(1)
         );
+    }
+
+    #[test]
+    fn a_multi_node_job_asks_each_host_for_its_share() {
+        let spec_of = |extra: &[&str]| {
+            spec(
+                &parse(&[&["--wrap", "true"], extra].concat()),
+                &wrap("true"),
+            )
+            .expect("valid")
+        };
+        // 10 tasks over 4 hosts: the busiest host runs 3, 2 CPUs each.
+        let s = spec_of(&["-N", "4", "-n", "10", "-c", "2"]);
+        assert_eq!((s.nodes, s.cpus), (4, 6));
+        let s = spec_of(&["-N", "2-8", "--ntasks-per-node", "4"]);
+        assert_eq!((s.nodes, s.cpus), (2, 4));
+        // --gpus is the job's total, --gpus-per-node each host's.
+        assert_eq!(
+            spec_of(&["-N", "2", "--gpus", "h100:8"]).gres,
+            ["gpu:h100:4"]
+        );
+        assert_eq!(
+            spec_of(&["-N", "2", "--gpus-per-node", "8"]).gres,
+            ["gpu:8"]
+        );
+        // --mem is per host, as in Slurm.
+        assert_eq!(spec_of(&["-N", "3", "--mem", "2G"]).mem_mb, 2048);
     }
 
     #[test]

@@ -65,6 +65,7 @@ fn plan(s: &mut SmState, job_id: u64, host: &str, resources: Resources, path: us
     apply(
         s,
         Command::ApplyPlan {
+            gang_starts: Vec::new(),
             snapshot_index: 0,
             now_ms: 20,
             starts: vec![Placement {
@@ -103,11 +104,11 @@ fn a_bad_set_is_refused_naming_it() {
     assert!(reason.starts_with("alternative 2: "), "{reason}");
 
     let mut wide = set(1, 0);
-    wide.nodes = 2;
+    wide.nodes = 4097;
     let reason = rejected(submit(&mut s, "r2", spec_with(vec![wide])));
-    assert!(
-        reason.contains("alternative 1: jobs on more than one host"),
-        "{reason}"
+    assert_eq!(
+        reason,
+        "alternative 1: asks for 4097 nodes; at most 4096 are allowed"
     );
 
     let mut parted = set(1, 0);

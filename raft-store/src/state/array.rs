@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use berth_scheduler::array::{self, ARRAY_INDEX_MAX};
-use berth_scheduler::{ArrayTask, JobId, JobSpec, JobState, Placement};
+use berth_scheduler::{ArrayTask, JobId, JobSpec, JobState};
 
 use super::{Dirty, SmState};
 use crate::command::Response;
@@ -77,10 +77,12 @@ pub const ARRAY_TASKS_MAX: usize = ARRAY_INDEX_MAX as usize + 1;
 impl SmState {
     /// Running tasks of each limited array a plan places a task of: what
     /// `apply` re-checks `%max` against (invariant 3).
-    pub(super) fn array_running(&self, starts: &[Placement]) -> BTreeMap<JobId, u32> {
+    pub(super) fn array_running(
+        &self,
+        starts: impl Iterator<Item = JobId>,
+    ) -> BTreeMap<JobId, u32> {
         let mut counts: BTreeMap<JobId, u32> = starts
-            .iter()
-            .filter_map(|p| self.data.jobs.get(&p.job_id))
+            .filter_map(|id| self.data.jobs.get(&id))
             .filter(|r| r.job.spec.array_max_running > 0)
             .map(|r| (r.job.spec.array_job_id, 0))
             .collect();

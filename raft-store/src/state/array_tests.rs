@@ -57,6 +57,7 @@ fn plan(s: &mut SmState, ids: &[JobId]) -> (u32, u32) {
         .collect();
     match s.apply(
         &Command::ApplyPlan {
+            gang_starts: Vec::new(),
             snapshot_index: 0,
             now_ms: 2_000,
             starts,

@@ -49,7 +49,7 @@ impl SmState {
                 .job
                 .alloc
                 .as_ref()
-                .map(|a| a.host.clone())
+                .map(|a| a.hosts().collect::<Vec<_>>().join(","))
                 .unwrap_or_default();
             let text = match e.cause {
                 EvictCause::Preempt => format!(

@@ -69,6 +69,7 @@ fn plan(
     match apply(
         s,
         Command::ApplyPlan {
+            gang_starts: Vec::new(),
             snapshot_index: 0,
             now_ms,
             starts,

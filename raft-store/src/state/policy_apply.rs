@@ -9,10 +9,10 @@ use berth_scheduler::limits::{self, Charge, LimitRequest, SubmitCounts, Tally};
 use berth_scheduler::qos::{TresAmounts, TresKind, NORMAL_QOS};
 use berth_scheduler::usage::Usage;
 use berth_scheduler::{
-    EvictCause, Job, JobId, JobSpec, JobState, PendingJob, Placement, Qos, Shape, Snapshot,
+    EvictCause, Job, JobId, JobSpec, JobState, PendingJob, Qos, Shape, Snapshot,
 };
 
-use super::{Dirty, SmState};
+use super::{Dirty, PlannedStart, SmState};
 use crate::command::Response;
 use crate::policy::PolicyChange;
 
@@ -200,7 +200,7 @@ impl SmState {
     pub(super) fn limits_allow(
         &self,
         recheck: &mut Option<LimitRecheck>,
-        placement: &Placement,
+        placement: &PlannedStart<'_>,
         borrowed: bool,
     ) -> bool {
         let Some(rc) = recheck.as_mut() else {
@@ -215,12 +215,15 @@ impl SmState {
         let Some(qos) = catalog.qos(catalog.qos_name_of(&spec.qos, account)) else {
             return false;
         };
-        let partition = catalog.partition(&placement.partition);
+        let partition = catalog.partition(placement.partition);
         if catalog.partitioned && partition.is_none() {
             return false;
         }
-        let shape = Shape::one(placement.resources);
-        let hosts = [placement.host.as_str()];
+        let shape = Shape {
+            nodes: u32::try_from(placement.hosts.len()).unwrap_or(u32::MAX),
+            ..Shape::one(placement.resources)
+        };
+        let hosts: Vec<&str> = placement.hosts.iter().map(String::as_str).collect();
         let request = LimitRequest {
             user: &spec.user,
             account: account.map_or("", |a| a.name.as_str()),

@@ -70,6 +70,7 @@ fn rejected(s: &mut SmState, spec: JobSpec) -> String {
 fn place_at(s: &mut SmState, job_id: JobId, resources: Resources, now_ms: u64) -> bool {
     let r = s.apply(
         &Command::ApplyPlan {
+            gang_starts: Vec::new(),
             snapshot_index: 0,
             now_ms,
             starts: vec![Placement {

@@ -42,6 +42,7 @@ fn place(state: &mut SmState, job_id: JobId, host: &str, cpus: u32) -> Response 
     let mut dirty = Dirty::default();
     state.apply(
         &Command::ApplyPlan {
+            gang_starts: Vec::new(),
             snapshot_index: 0,
             now_ms: 2_000,
             starts: vec![Placement {
@@ -510,6 +511,7 @@ fn gpu_jobs_get_distinct_devices_and_policy_limits_are_rechecked() {
         .collect();
     let r = s.apply(
         &Command::ApplyPlan {
+            gang_starts: Vec::new(),
             snapshot_index: 0,
             now_ms: 4,
             starts,

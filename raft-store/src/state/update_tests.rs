@@ -101,6 +101,7 @@ fn allow_qos(s: &mut SmState, qos: berth_scheduler::Qos) {
 fn start(s: &mut SmState, job_id: JobId) {
     let r = s.apply(
         &Command::ApplyPlan {
+            gang_starts: Vec::new(),
             snapshot_index: 0,
             now_ms: 2_000,
             starts: vec![Placement {

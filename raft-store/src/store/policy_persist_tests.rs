@@ -43,6 +43,7 @@ fn register(name: &str) -> Command {
 
 fn plan(snapshot_index: u64, now_ms: u64, starts: Vec<Placement>) -> Command {
     Command::ApplyPlan {
+        gang_starts: Vec::new(),
         snapshot_index,
         now_ms,
         starts,

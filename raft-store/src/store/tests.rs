@@ -151,6 +151,7 @@ fn populated(dir: &Path, jobs: u64) -> StoreHandles {
             batch.push(entry(
                 index,
                 Command::ApplyPlan {
+                    gang_starts: Vec::new(),
                     snapshot_index: index - 1,
                     now_ms: 2_000,
                     starts: vec![placement(1, "h1", resources)],

@@ -1,0 +1,351 @@
+//! Multi-host jobs (gangs): the pass places them, `apply` re-checks every
+//! host and starts all or none, and the allocation's room, assignments,
+//! failure and end cover every host.
+
+use berth_scheduler::{
+    schedule, GangPlacement, HostState, Inventory, JobSpec, JobState, Policy, Resources,
+};
+
+use super::*;
+use crate::command::Command;
+
+fn apply(s: &mut SmState, command: Command) -> Response {
+    let mut dirty = Dirty::default();
+    s.apply(&command, &mut dirty)
+}
+
+fn register(s: &mut SmState, name: &str, inventory: Inventory) {
+    apply(
+        s,
+        Command::RegisterHost {
+            name: name.into(),
+            inventory,
+            agent_restarted: false,
+            running_allocs: Vec::new(),
+            now_ms: 1,
+            drain_reason: String::new(),
+        },
+    );
+}
+
+fn submit(s: &mut SmState, request_id: &str, spec: JobSpec) -> Response {
+    apply(
+        s,
+        Command::SubmitJob {
+            request_id: request_id.into(),
+            spec,
+            now_ms: 10,
+        },
+    )
+}
+
+fn gang_spec(nodes: u32, cpus: u32) -> JobSpec {
+    JobSpec {
+        user: "alice".into(),
+        command: "hostname".into(),
+        cpus,
+        nodes,
+        time_limit_s: 600,
+        ..JobSpec::default()
+    }
+}
+
+fn apply_gang(s: &mut SmState, job_id: u64, hosts: &[&str], resources: Resources) -> Response {
+    apply(
+        s,
+        Command::ApplyPlan {
+            snapshot_index: 0,
+            now_ms: 20,
+            starts: Vec::new(),
+            gang_starts: vec![GangPlacement {
+                job_id,
+                hosts: hosts.iter().map(|h| h.to_string()).collect(),
+                resources,
+                partition: String::new(),
+                path: 0,
+            }],
+            evictions: Vec::new(),
+            borrowed: Vec::new(),
+        },
+    )
+}
+
+fn three_hosts() -> SmState {
+    let mut s = SmState::default();
+    for name in ["h1", "h2", "h3"] {
+        register(&mut s, name, Inventory::cpu_mem(8, 1024));
+    }
+    s
+}
+
+fn state_of(s: &SmState, job_id: u64) -> Option<JobState> {
+    s.job(job_id).map(|r| r.job.state)
+}
+
+#[test]
+fn the_pass_places_a_gang_and_apply_starts_it_on_every_host() {
+    let mut s = three_hosts();
+    assert!(matches!(
+        submit(&mut s, "r1", gang_spec(2, 6)),
+        Response::Submitted { .. }
+    ));
+    let plan = schedule(
+        &s.scheduler_snapshot(|_| HostState::Up),
+        &Policy::default(),
+        20,
+    );
+    assert!(plan.starts.is_empty(), "{plan:?}");
+    let [gang] = plan.gang_starts.as_slice() else {
+        panic!("one gang expected: {plan:?}");
+    };
+    assert_eq!(gang.hosts.len(), 2);
+    let response = apply(
+        &mut s,
+        Command::ApplyPlan {
+            snapshot_index: 0,
+            now_ms: 20,
+            starts: Vec::new(),
+            gang_starts: plan.gang_starts.clone(),
+            evictions: Vec::new(),
+            borrowed: Vec::new(),
+        },
+    );
+    assert_eq!(
+        response,
+        Response::PlanApplied {
+            started: 1,
+            dropped: 0,
+            evicted: 0
+        }
+    );
+    let alloc = s
+        .job(1)
+        .and_then(|r| r.job.alloc.clone())
+        .expect("allocated");
+    let hosts: Vec<&str> = alloc.hosts().collect();
+    assert_eq!(
+        hosts,
+        gang.hosts.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    for host in &hosts {
+        assert_eq!(s.data.hosts[*host].allocated, Resources::cpu_mem(6, 0));
+    }
+    // Only the batch host runs the script; the other hosts' room is held.
+    assert_eq!(s.assignments_for(hosts[0]).len(), 1);
+    assert!(s.assignments_for(hosts[1]).is_empty());
+    let events: Vec<&str> = s.job(1).map_or(Vec::new(), |r| {
+        r.events.iter().map(|e| e.message.as_str()).collect()
+    });
+    assert!(
+        events.contains(&format!("Allocated on {},{} (allocation 1)", hosts[0], hosts[1]).as_str()),
+        "{events:?}"
+    );
+    // The next pass sees both hosts taken: a second 6-CPU gang of two
+    // does not fit on the one host left.
+    submit(&mut s, "r2", gang_spec(2, 6));
+    let plan = schedule(
+        &s.scheduler_snapshot(|_| HostState::Up),
+        &Policy::default(),
+        30,
+    );
+    assert!(
+        plan.gang_starts.is_empty() && plan.starts.is_empty(),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn a_gang_starts_on_all_its_hosts_or_on_none() {
+    let mut s = three_hosts();
+    submit(&mut s, "r1", gang_spec(2, 6));
+    // h2 is full: the whole gang is dropped and h1 keeps its room.
+    submit(
+        &mut s,
+        "r-fill",
+        JobSpec {
+            nodes: 1,
+            ..gang_spec(1, 8)
+        },
+    );
+    let fill = apply(
+        &mut s,
+        Command::ApplyPlan {
+            snapshot_index: 0,
+            now_ms: 15,
+            starts: vec![Placement {
+                job_id: 2,
+                host: "h2".into(),
+                resources: Resources::cpu_mem(8, 0),
+                partition: String::new(),
+                path: 0,
+            }],
+            gang_starts: Vec::new(),
+            evictions: Vec::new(),
+            borrowed: Vec::new(),
+        },
+    );
+    assert!(matches!(fill, Response::PlanApplied { started: 1, .. }));
+    let response = apply_gang(&mut s, 1, &["h1", "h2"], Resources::cpu_mem(6, 0));
+    assert!(matches!(
+        response,
+        Response::PlanApplied {
+            started: 0,
+            dropped: 1,
+            ..
+        }
+    ));
+    assert_eq!(state_of(&s, 1), Some(JobState::Pending));
+    assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
+    // Too few hosts, a host twice, an unknown host, the wrong share: all
+    // dropped the same way.
+    for hosts in [&["h1"][..], &["h1", "h1"], &["h1", "nope"]] {
+        let r = apply_gang(&mut s, 1, hosts, Resources::cpu_mem(6, 0));
+        assert!(
+            matches!(r, Response::PlanApplied { started: 0, .. }),
+            "{hosts:?}"
+        );
+    }
+    let r = apply_gang(&mut s, 1, &["h1", "h3"], Resources::cpu_mem(5, 0));
+    assert!(matches!(r, Response::PlanApplied { started: 0, .. }));
+    assert_eq!(state_of(&s, 1), Some(JobState::Pending));
+    let r = apply_gang(&mut s, 1, &["h1", "h3"], Resources::cpu_mem(6, 0));
+    assert!(matches!(r, Response::PlanApplied { started: 1, .. }));
+}
+
+#[test]
+fn a_gang_ends_on_its_batch_hosts_report_and_frees_every_host() {
+    let mut s = three_hosts();
+    submit(&mut s, "r1", gang_spec(3, 4));
+    apply_gang(&mut s, 1, &["h1", "h2", "h3"], Resources::cpu_mem(4, 0));
+    let alloc_id = s
+        .job(1)
+        .and_then(|r| r.job.alloc.as_ref())
+        .map_or(0, |a| a.alloc_id);
+    // A member host cannot end it: nothing of the job runs there.
+    let exited = |host: &str| Command::JobExited {
+        job_id: 1,
+        alloc_id,
+        host: host.into(),
+        exit_code: 0,
+        signal: 0,
+        launch_error: String::new(),
+        now_ms: 40,
+    };
+    assert_eq!(
+        apply(&mut s, exited("h2")),
+        Response::Report { accepted: false }
+    );
+    assert_eq!(state_of(&s, 1), Some(JobState::Running));
+    assert_eq!(
+        apply(&mut s, exited("h1")),
+        Response::Report { accepted: true }
+    );
+    assert_eq!(state_of(&s, 1), Some(JobState::Completed));
+    for host in ["h1", "h2", "h3"] {
+        assert_eq!(s.data.hosts[host].allocated, Resources::default(), "{host}");
+    }
+}
+
+#[test]
+fn a_silent_member_host_fails_the_whole_gang_but_a_restarted_member_agent_does_not() {
+    let mut s = three_hosts();
+    submit(&mut s, "r1", gang_spec(2, 4));
+    apply_gang(&mut s, 1, &["h1", "h2"], Resources::cpu_mem(4, 0));
+    assert_eq!(
+        s.hosts_with_allocations().into_iter().collect::<Vec<_>>(),
+        ["h1", "h2"]
+    );
+    // h2's agent restarts running nothing: it never ran anything of the
+    // gang, so nothing was lost.
+    apply(
+        &mut s,
+        Command::RegisterHost {
+            name: "h2".into(),
+            inventory: Inventory::cpu_mem(8, 1024),
+            agent_restarted: true,
+            running_allocs: Vec::new(),
+            now_ms: 30,
+            drain_reason: String::new(),
+        },
+    );
+    assert_eq!(state_of(&s, 1), Some(JobState::Running));
+    // h2 goes silent: the gang has lost a host and ends NODE_FAIL.
+    let r = apply(
+        &mut s,
+        Command::HostsSilent {
+            hosts: vec!["h2".into()],
+            timeout_ms: 10_000,
+            now_ms: 50_000,
+        },
+    );
+    assert_eq!(r, Response::HostsFailed { jobs_ended: 1 });
+    assert_eq!(state_of(&s, 1), Some(JobState::NodeFail));
+    assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
+    assert_eq!(s.data.hosts["h2"].allocated, Resources::default());
+}
+
+#[test]
+fn gpu_devices_are_picked_on_each_host_of_a_gang() {
+    let mut s = SmState::default();
+    let gpus = |n| Inventory {
+        gpus: n,
+        gpu_type: "a100".into(),
+        ..Inventory::cpu_mem(16, 4096)
+    };
+    register(&mut s, "g1", gpus(4));
+    register(&mut s, "g2", gpus(4));
+    let spec = JobSpec {
+        gres: vec!["gpu:2".into()],
+        ..gang_spec(2, 2)
+    };
+    submit(&mut s, "r1", spec.clone());
+    submit(&mut s, "r2", spec);
+    let each = Resources {
+        gpus: 2,
+        ..Resources::cpu_mem(2, 0)
+    };
+    apply_gang(&mut s, 1, &["g1", "g2"], each);
+    apply_gang(&mut s, 2, &["g1", "g2"], each);
+    let devices = |job: u64, host: &str| {
+        s.job(job)
+            .and_then(|r| r.job.alloc.as_ref())
+            .map(|a| a.gpu_indices_on(host).to_vec())
+            .unwrap_or_default()
+    };
+    assert_eq!(devices(1, "g1"), [0, 1]);
+    assert_eq!(devices(1, "g2"), [0, 1]);
+    assert_eq!(devices(2, "g1"), [2, 3]);
+    assert_eq!(devices(2, "g2"), [2, 3]);
+}
+
+#[test]
+fn a_gang_survives_a_reload_with_its_room_on_every_host() {
+    let mut s = three_hosts();
+    submit(&mut s, "r1", gang_spec(2, 4));
+    apply_gang(&mut s, 1, &["h1", "h3"], Resources::cpu_mem(4, 0));
+    let reloaded = SmState::from_data(s.data.clone());
+    assert_eq!(
+        reloaded.data.hosts["h1"].allocated,
+        Resources::cpu_mem(4, 0)
+    );
+    assert_eq!(reloaded.data.hosts["h2"].allocated, Resources::default());
+    assert_eq!(
+        reloaded.data.hosts["h3"].allocated,
+        Resources::cpu_mem(4, 0)
+    );
+}
+
+#[test]
+fn too_many_nodes_are_refused() {
+    let mut s = SmState::default();
+    match submit(&mut s, "r1", gang_spec(4097, 1)) {
+        Response::Rejected { reason } => {
+            assert_eq!(
+                reason,
+                "the job asks for 4097 nodes; at most 4096 are allowed"
+            );
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(s.data.jobs.is_empty());
+}
