@@ -20,7 +20,7 @@
 use std::collections::HashMap;
 
 use crate::catalog::{Catalog, ACCOUNT_DEPTH_MAX};
-use crate::fxhash::{Fx, FxMap};
+use crate::fxhash::{same_str, Fx, FxMap};
 use crate::model::Resources;
 use crate::partition::Partition;
 use crate::pass::{PendingJob, RunningJob, Shape, Snapshot};
@@ -338,6 +338,19 @@ pub struct Charge<'a> {
     pub time_limit_s: u64,
 }
 
+/// A running job's (user, account, QOS, partition) as it names them,
+/// compared with [`same_str`]: most name no QOS.
+#[derive(Clone, Copy, Hash)]
+struct RunKey<'s>([&'s str; 4]);
+
+impl PartialEq for RunKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.iter().zip(other.0).all(|(a, b)| same_str(a, b))
+    }
+}
+
+impl Eq for RunKey<'_> {}
+
 /// Whose a booking is: the names its limit groups are found by.
 struct Who<'a> {
     user: &'a str,
@@ -368,17 +381,17 @@ impl Tally {
         // Running jobs of one (user, account, QOS, partition) count in the
         // same groups: the names are resolved and the account tree walked
         // once per such key (a few hundred), not once per job (thousands).
-        let mut counted: FxMap<(&str, &str, &str, &str), Counted> = FxMap::default();
+        let mut counted: FxMap<RunKey<'_>, Counted> = FxMap::default();
         let mut groups: Vec<(Group, bool)> = Vec::new();
         // Borrowed runs (idle-fill) sit outside every quota aggregate: a
         // team's lent jobs must not block its next in-quota job.
         for r in snapshot.running.iter().filter(|r| !r.borrowed) {
-            let key = (
+            let key = RunKey([
                 r.user.as_str(),
                 r.account.as_str(),
                 r.qos.as_str(),
                 r.partition.as_str(),
-            );
+            ]);
             let c = match counted.get(&key) {
                 Some(&c) => c,
                 None => {

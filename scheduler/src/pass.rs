@@ -672,13 +672,9 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
             blocked = true;
             continue;
         }
-        let no_reserve = catalog
-            .account_of(&job.user, &job.account)
-            .map(|a| catalog.qos_name_of(&job.qos, Some(a)))
-            .or(Some(job.qos.as_str()).filter(|q| !q.is_empty()))
-            .and_then(|q| catalog.qos(q))
-            .is_some_and(|q| q.flags.no_reserve);
-        if reservations_made < policy.bf_reservations && !no_reserve {
+        // Looked up only while reservations are left: past them (most
+        // jobs of a deep queue) the answer is Priority either way.
+        if reservations_made < policy.bf_reservations && !no_reserve(job, &catalog) {
             reservations_made += 1;
             let multi = misses.iter().any(|m| {
                 matches!(
@@ -716,6 +712,16 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
     }
     plan.priorities = breakdowns;
     plan
+}
+
+/// Whether `job`'s QOS has `NoReserve`: it waits without a reservation.
+fn no_reserve(job: &PendingJob, catalog: &Catalog) -> bool {
+    catalog
+        .account_of(&job.user, &job.account)
+        .map(|a| catalog.qos_name_of(&job.qos, Some(a)))
+        .or(Some(job.qos.as_str()).filter(|q| !q.is_empty()))
+        .and_then(|q| catalog.qos(q))
+        .is_some_and(|q| q.flags.no_reserve)
 }
 
 /// Gives `job` the earliest room over the paths that only lacked room.
