@@ -379,15 +379,17 @@ impl<'a> Pool<'a> {
                 if allowed.is_some_and(|ok| !ok(i)) {
                     continue;
                 }
-                if !self.profiles.get(i).holds(need, now_ms, duration_ms) {
-                    continue;
-                }
-                // `fits` on an up host: the check `apply` repeats.
+                // `fits` on an up host: the check `apply` repeats. First, as
+                // it is cheap and the index orders hosts by GPUs and CPUs
+                // only: many a host it offers lacks memory now.
                 let free_now = self.hosts[i]
                     .inventory
                     .resources()
                     .saturating_sub(self.allocated[i]);
                 if !need.within(free_now) {
+                    continue;
+                }
+                if !self.profiles.get(i).holds(need, now_ms, duration_ms) {
                     continue;
                 }
                 chosen.push(i);
