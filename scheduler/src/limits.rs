@@ -20,10 +20,10 @@
 use std::collections::HashMap;
 
 use crate::catalog::{Catalog, ACCOUNT_DEPTH_MAX};
-use crate::fxhash::Fx;
+use crate::fxhash::{same_str, Fx, FxMap};
 use crate::model::Resources;
 use crate::partition::Partition;
-use crate::pass::{PendingJob, Shape, Snapshot};
+use crate::pass::{PendingJob, RunningJob, Shape, Snapshot};
 use crate::qos::{Limits, Qos, TresAmounts, TresKind, TresLimits, NORMAL_QOS};
 use crate::reason::{LimitKind, LimitScope, Reason};
 use crate::usage::{Usage, UsageRecord};
@@ -294,15 +294,6 @@ struct Held {
     run_mins: [f64; 5],
 }
 
-/// The groups one job counts in, without a heap allocation per job: two
-/// QOS with their per-user groups, the account chain (bounded by
-/// [`ACCOUNT_DEPTH_MAX`]) and the (account, user) group.
-struct GroupList {
-    /// Each group with whether its distinct hosts are counted.
-    groups: [(Group, bool); GROUPS_PER_JOB_MAX],
-    len: usize,
-}
-
 /// Limits read from a group's tally (`GrpWall` reads usage only).
 const GROUP_MASK: u64 = 0b11_1111_1111 | 1 << kind_index(LimitKind::GrpJobs);
 const USER_MASK: u64 = 0b1_1111 << kind_index(LimitKind::MaxTresPerUser(TresKind::Node))
@@ -310,32 +301,11 @@ const USER_MASK: u64 = 0b1_1111 << kind_index(LimitKind::MaxTresPerUser(TresKind
 const NODE_GROUP_BIT: u64 = 1 << kind_index(LimitKind::GrpTres(TresKind::Node));
 const NODE_USER_BIT: u64 = 1 << kind_index(LimitKind::MaxTresPerUser(TresKind::Node));
 
-const GROUPS_PER_JOB_MAX: usize = ACCOUNT_DEPTH_MAX + 5;
-
-impl Default for GroupList {
-    fn default() -> Self {
-        GroupList {
-            groups: [(Group::Qos(0), false); GROUPS_PER_JOB_MAX],
-            len: 0,
-        }
-    }
-}
-
-impl GroupList {
-    /// Adds `group` when `mask` sets any limit of `wanted`, counting its
-    /// hosts when it sets `node_bit`.
-    fn push_if(&mut self, group: Group, mask: u64, wanted: u64, node_bit: u64) {
-        if mask & wanted == 0 {
-            return;
-        }
-        if let Some(slot) = self.groups.get_mut(self.len) {
-            *slot = (group, mask & node_bit != 0);
-            self.len += 1;
-        }
-    }
-
-    fn as_slice(&self) -> &[(Group, bool)] {
-        &self.groups[..self.len]
+/// Adds `group` to `groups` when `mask` sets any limit of `wanted`,
+/// counting its hosts when it sets `node_bit`.
+fn push_if(groups: &mut Vec<(Group, bool)>, group: Group, mask: u64, wanted: u64, node_bit: u64) {
+    if mask & wanted != 0 {
+        groups.push((group, mask & node_bit != 0));
     }
 }
 
@@ -368,73 +338,97 @@ pub struct Charge<'a> {
     pub time_limit_s: u64,
 }
 
-struct Booking<'a> {
+/// A running job's (user, account, QOS, partition) as it names them,
+/// compared with [`same_str`]: most name no QOS.
+#[derive(Clone, Copy, Hash)]
+struct RunKey<'s>([&'s str; 4]);
+
+impl PartialEq for RunKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.iter().zip(other.0).all(|(a, b)| same_str(a, b))
+    }
+}
+
+impl Eq for RunKey<'_> {}
+
+/// Whose a booking is: the names its limit groups are found by.
+struct Who<'a> {
     user: &'a str,
     account: &'a str,
     qos: &'a str,
     partition_qos: Option<&'a str>,
-    per_host: Resources,
-    /// Seconds it will still run (0 = unknown).
-    remaining_s: f64,
+}
+
+/// The groups a booking counts in (each with whether its distinct hosts
+/// are counted), as a range of a list shared by many bookings, and the
+/// usage factor its TRES-minutes are booked with.
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    groups: (usize, usize),
+    factor: f64,
 }
 
 impl Tally {
     /// O(running jobs × their hosts + hosts).
     pub fn new(snapshot: &Snapshot, catalog: &Catalog, now_ms: u64) -> Tally {
-        // A job counts in about six groups (two QOS, two per-user, the
-        // account and its parent); sizing up front avoids rehashing.
-        let placements: usize = snapshot.running.iter().map(|r| r.hosts.len()).sum();
         let mut tally = Tally {
             reg: Registry::new(snapshot, catalog),
-            held: HashMap::with_capacity_and_hasher(snapshot.running.len(), Fx::default()),
-            occupied: HashMap::with_capacity_and_hasher(placements * 6, Fx::default()),
+            // Sized as they grow: groups are shared by many jobs, and most
+            // sites count no group's hosts.
+            held: HashMap::default(),
+            occupied: HashMap::default(),
         };
+        // Running jobs of one (user, account, QOS, partition) count in the
+        // same groups: the names are resolved and the account tree walked
+        // once per such key (a few hundred), not once per job (thousands).
+        let mut counted: FxMap<RunKey<'_>, Counted> = FxMap::default();
+        let mut groups: Vec<(Group, bool)> = Vec::new();
         // Borrowed runs (idle-fill) sit outside every quota aggregate: a
         // team's lent jobs must not block its next in-quota job.
         for r in snapshot.running.iter().filter(|r| !r.borrowed) {
-            let account = if r.account.is_empty() {
-                catalog.account_of(&r.user, "")
-            } else {
-                catalog.account(&r.account)
+            let key = RunKey([
+                r.user.as_str(),
+                r.account.as_str(),
+                r.qos.as_str(),
+                r.partition.as_str(),
+            ]);
+            let c = match counted.get(&key) {
+                Some(&c) => c,
+                None => {
+                    let start = groups.len();
+                    let factor = tally.groups_of(&running_who(r, catalog), &mut groups);
+                    let c = Counted {
+                        groups: (start, groups.len()),
+                        factor,
+                    };
+                    counted.insert(key, c);
+                    c
+                }
             };
-            let account_name = match account {
-                Some(a) => a.name.as_str(),
-                None => r.account.as_str(),
-            };
-            let qos = catalog.qos_name_of(&r.qos, account);
-            let partition_qos = catalog
-                .partition(&r.partition)
-                .map(|p| p.qos.as_str())
-                .filter(|q| !q.is_empty());
             let remaining_s = r
                 .end_ms
                 .map_or(0.0, |end| end.saturating_sub(now_ms) as f64 / 1000.0);
-            tally.book(
-                &Booking {
-                    user: &r.user,
-                    account: account_name,
-                    qos,
-                    partition_qos,
-                    per_host: r.per_host,
-                    remaining_s,
-                },
-                &r.hosts,
-            );
+            let in_groups = groups.get(c.groups.0..c.groups.1).unwrap_or_default();
+            tally.add(in_groups, c.factor, r.per_host, remaining_s, &r.hosts);
         }
         tally
     }
 
     /// Adds a placement the pass just made.
     pub fn charge(&mut self, placed: &Charge<'_>) {
-        self.book(
-            &Booking {
-                user: placed.user,
-                account: placed.account,
-                qos: placed.qos,
-                partition_qos: placed.partition_qos,
-                per_host: placed.per_host,
-                remaining_s: placed.time_limit_s as f64,
-            },
+        let who = Who {
+            user: placed.user,
+            account: placed.account,
+            qos: placed.qos,
+            partition_qos: placed.partition_qos,
+        };
+        let mut groups = Vec::new();
+        let factor = self.groups_of(&who, &mut groups);
+        self.add(
+            &groups,
+            factor,
+            placed.per_host,
+            placed.time_limit_s as f64,
             placed.hosts,
         );
     }
@@ -465,12 +459,12 @@ impl Tally {
             .map_or(0, |(_, flat)| flat.mask)
     }
 
-    /// Books a job on `hosts` (by name). Host names are interned only for
-    /// groups that count distinct nodes: most sites have none, and this runs
-    /// for every running job each pass.
-    fn book<S: AsRef<str>>(&mut self, b: &Booking<'_>, hosts: &[S]) {
-        let user = self.reg.users.intern(b.user);
-        let qos = self.qos_id(b.qos);
+    /// Appends to `groups` the groups `who`'s jobs count in, and returns
+    /// the usage factor they book TRES-minutes with. Only groups some
+    /// limit reads are kept: most QOS and accounts set few limits.
+    fn groups_of(&mut self, who: &Who<'_>, groups: &mut Vec<(Group, bool)>) -> f64 {
+        let user = self.reg.users.intern(who.user);
+        let qos = self.qos_id(who.qos);
         // Slurm books TRESRunMins with the job QOS's usage factor, also in
         // the partition QOS and the association.
         let factor = self
@@ -479,43 +473,62 @@ impl Tally {
             .get(qos as usize)
             .copied()
             .unwrap_or(1.0);
-        // Only groups some limit reads are kept: most QOS and accounts set
-        // few limits, and this runs for every running job each pass.
-        let mut groups = GroupList::default();
-        let qos_groups = |tally: &Tally, q: u32, groups: &mut GroupList| {
+        let qos_groups = |tally: &Tally, q: u32, groups: &mut Vec<(Group, bool)>| {
             let mask = tally.qos_mask(q);
-            groups.push_if(Group::Qos(q), mask, GROUP_MASK, NODE_GROUP_BIT);
-            groups.push_if(Group::QosUser(q, user), mask, USER_MASK, NODE_USER_BIT);
+            push_if(groups, Group::Qos(q), mask, GROUP_MASK, NODE_GROUP_BIT);
+            push_if(
+                groups,
+                Group::QosUser(q, user),
+                mask,
+                USER_MASK,
+                NODE_USER_BIT,
+            );
         };
-        qos_groups(self, qos, &mut groups);
-        if let Some(pq) = b.partition_qos.filter(|pq| *pq != b.qos) {
+        qos_groups(self, qos, groups);
+        if let Some(pq) = who.partition_qos.filter(|pq| *pq != who.qos) {
             let pq = self.qos_id(pq);
-            qos_groups(self, pq, &mut groups);
+            qos_groups(self, pq, groups);
         }
-        if !b.account.is_empty() {
-            let account = self.reg.intern_account(b.account);
+        if !who.account.is_empty() {
+            let account = self.reg.intern_account(who.account);
             for a in self.reg.chain(account) {
                 let mask = self.reg.account(a).map_or(0, |i| i.own_flat.mask);
-                groups.push_if(Group::Account(a), mask, GROUP_MASK, NODE_GROUP_BIT);
+                push_if(groups, Group::Account(a), mask, GROUP_MASK, NODE_GROUP_BIT);
             }
             let mask = self
                 .reg
                 .account(account)
                 .map_or(0, |i| i.inherited_flat.mask);
-            groups.push_if(
+            push_if(
+                groups,
                 Group::AccountUser(account, user),
                 mask,
                 USER_MASK,
                 NODE_USER_BIT,
             );
         }
-        let mut tres = per_host_tres(b.per_host, hosts.len() as u64);
+        factor
+    }
+
+    /// Adds a job holding `per_host` on each of `hosts` (by name) for
+    /// `remaining_s` more seconds (0 = unknown) to each of `groups`. Host
+    /// names are interned only for groups that count distinct nodes: most
+    /// sites have none, and this runs for every running job each pass.
+    fn add<S: AsRef<str>>(
+        &mut self,
+        groups: &[(Group, bool)],
+        factor: f64,
+        per_host: Resources,
+        remaining_s: f64,
+        hosts: &[S],
+    ) {
+        let mut tres = per_host_tres(per_host, hosts.len() as u64);
         let mut run_mins = [0.0; 5];
         for kind in TresKind::ALL {
-            run_mins[kind.index()] = tres.get(kind) as f64 * b.remaining_s / 60.0 * factor;
+            run_mins[kind.index()] = tres.get(kind) as f64 * remaining_s / 60.0 * factor;
         }
         tres.set(TresKind::Node, 0);
-        for &(group, nodes) in groups.as_slice() {
+        for &(group, nodes) in groups {
             let held = self.held.entry(group).or_default();
             held.jobs = held.jobs.saturating_add(1);
             held.tres.add(&tres);
@@ -535,6 +548,25 @@ impl Tally {
                 }
             }
         }
+    }
+}
+
+/// Whose running job `r` is, its account and QOS resolved as a pending
+/// job's would be.
+fn running_who<'r>(r: &'r RunningJob, catalog: &Catalog<'r>) -> Who<'r> {
+    let account = if r.account.is_empty() {
+        catalog.account_of(&r.user, "")
+    } else {
+        catalog.account(&r.account)
+    };
+    Who {
+        user: &r.user,
+        account: account.map_or(r.account.as_str(), |a| a.name.as_str()),
+        qos: catalog.qos_name_of(&r.qos, account),
+        partition_qos: catalog
+            .partition(&r.partition)
+            .map(|p| p.qos.as_str())
+            .filter(|q| !q.is_empty()),
     }
 }
 
@@ -628,7 +660,12 @@ fn check_with(
         return Ok(());
     }
     let job = JobView {
-        user: reg.users.get(req.user),
+        // Only per-user limits read the user's groups.
+        user: if mask & USER_MASK != 0 {
+            reg.users.get(req.user)
+        } else {
+            None
+        },
         shape: req.shape,
         asked: job_tres(req.shape),
         time_limit_s: req.time_limit_s,
@@ -715,10 +752,30 @@ pub fn check_partition(
     Ok(())
 }
 
+/// A QOS's limits flattened: the registry's copy when it was made from
+/// this very `Qos` (every check in a pass), else made for this check. A
+/// reference, not a copy: `Flat` is 280 bytes and `check` runs for every
+/// job of a pass.
+enum FlatRef<'a> {
+    Registry(&'a Flat),
+    Own(Box<Flat>),
+}
+
+impl std::ops::Deref for FlatRef<'_> {
+    type Target = Flat;
+
+    fn deref(&self) -> &Flat {
+        match self {
+            FlatRef::Registry(flat) => flat,
+            FlatRef::Own(flat) => flat,
+        }
+    }
+}
+
 /// One QOS whose limits apply, with what `Relative` limits are relative to.
 struct QosScope<'a> {
     qos: &'a Qos,
-    flat: Flat,
+    flat: FlatRef<'a>,
     id: Option<u32>,
     /// Set when it is the partition's QOS.
     partition: Option<&'a str>,
@@ -750,7 +807,7 @@ struct Scopes<'a> {
 
 impl<'a> Scopes<'a> {
     fn resolve(
-        reg: &Registry,
+        reg: &'a Registry,
         catalog: &'a Catalog,
         job_qos: &'a Qos,
         partition: Option<&'a Partition>,
@@ -768,11 +825,15 @@ impl<'a> Scopes<'a> {
             };
             let id = reg.qos.get(&qos.name);
             let cached = id
-                .and_then(|id| reg.qos_flat.get(id as usize).copied().flatten())
+                .and_then(|id| reg.qos_flat.get(id as usize))
+                .and_then(Option::as_ref)
                 .filter(|(addr, _)| *addr == qos as *const Qos as usize);
             QosScope {
                 qos,
-                flat: cached.map_or_else(|| Flat::of(&qos.limits), |(_, flat)| flat),
+                flat: match cached {
+                    Some((_, flat)) => FlatRef::Registry(flat),
+                    None => FlatRef::Own(Box::new(Flat::of(&qos.limits))),
+                },
                 id,
                 partition: part.map(|p| p.name.as_str()),
                 base,
@@ -1000,6 +1061,35 @@ const CHECK_ORDER: [(LimitKind, usize); CHECKED] = {
     all
 };
 
+/// Each limit's place in [`CHECK_ORDER`], by [`kind_index`] (`None` for
+/// the one not checked, node-per-node).
+const CHECK_PLACE: [Option<u8>; KINDS] = {
+    let mut place = [None; KINDS];
+    let mut n = 0;
+    while n < CHECKED {
+        place[CHECK_ORDER[n].1] = Some(n as u8);
+        n += 1;
+    }
+    place
+};
+
+/// `mask` (a bit per [`kind_index`]) as a bit per place in
+/// [`CHECK_ORDER`]: a check then visits the few limits its scopes set, in
+/// order, rather than testing all of them (it runs for every job of a
+/// pass, and most scopes set two or three limits).
+fn in_check_order(mask: u64) -> u64 {
+    let mut placed = 0u64;
+    let mut rest = mask;
+    while rest != 0 {
+        let index = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        if let Some(Some(place)) = CHECK_PLACE.get(index) {
+            placed |= 1 << place;
+        }
+    }
+    placed
+}
+
 fn is_per_job(kind: LimitKind) -> bool {
     matches!(
         kind,
@@ -1102,10 +1192,11 @@ const NO_HELD: Held = Held {
 impl Eval<'_> {
     /// Calls `sink` with each hit in check order until it returns true.
     fn run(&self, sink: &mut dyn FnMut(Hit) -> bool) {
-        for &(kind, index) in &CHECK_ORDER {
-            if self.mask & (1 << index) == 0 {
-                continue;
-            }
+        let mut todo = in_check_order(self.mask);
+        while todo != 0 {
+            let place = todo.trailing_zeros() as usize;
+            todo &= todo - 1;
+            let (kind, index) = CHECK_ORDER[place];
             let stop = if is_per_job(kind) {
                 self.per_job(kind, index, sink)
             } else {

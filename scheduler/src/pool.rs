@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::fit::eligible;
-use crate::fxhash::FxMap;
+use crate::fxhash::{same_str, FxMap};
 use crate::model::{EmulatorInventory, Host, HostState, Resources};
 use crate::pass::{need_on, Shape, Snapshot};
 use crate::profile::{earliest_in, steps_of, Profile};
@@ -59,10 +59,23 @@ fn kind_key<'a>(shape: &'a Shape, partition: Option<&'a str>) -> KindKey<'a> {
     )
 }
 
-/// String equality that settles the common empty case without `memcmp`
-/// (a trace replay's jobs all ask for no GPU type, emulator or feature).
-fn same_str(a: &str, b: &str) -> bool {
-    a.len() == b.len() && (a.is_empty() || a.as_ptr() == b.as_ptr() || a == b)
+/// A [`KindKey`] in the map of kinds asked: compared with [`same_key`], as
+/// most of its names are empty (see [`same_str`]).
+#[derive(Clone, Copy)]
+struct KindMapKey<'a>(KindKey<'a>);
+
+impl PartialEq for KindMapKey<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        same_key(&self.0, &other.0)
+    }
+}
+
+impl Eq for KindMapKey<'_> {}
+
+impl std::hash::Hash for KindMapKey<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
 }
 
 fn same_key(a: &KindKey<'_>, b: &KindKey<'_>) -> bool {
@@ -92,7 +105,7 @@ pub(crate) struct Pool<'a> {
     /// Kinds of placement asked so far (partition and kind requirements),
     /// by id: the classes statically eligible for each.
     kinds: Vec<Vec<usize>>,
-    kind_ids: FxMap<KindKey<'a>, u32>,
+    kind_ids: FxMap<KindMapKey<'a>, u32>,
     /// The last kind asked: neighbouring jobs mostly ask the same.
     last_kind: Option<(KindKey<'a>, u32)>,
     /// Host examinations made so far (the pass budget counts them).
@@ -298,7 +311,7 @@ impl<'a> Pool<'a> {
                 return *id;
             }
         }
-        let id = match self.kind_ids.get(&key) {
+        let id = match self.kind_ids.get(&KindMapKey(key)) {
             Some(&id) => id,
             None => {
                 let found: Vec<usize> = (0..self.classes.len())
@@ -308,7 +321,7 @@ impl<'a> Pool<'a> {
                     .collect();
                 let id = u32::try_from(self.kinds.len()).unwrap_or(u32::MAX);
                 self.kinds.push(found);
-                self.kind_ids.insert(key, id);
+                self.kind_ids.insert(KindMapKey(key), id);
                 id
             }
         };
@@ -366,15 +379,17 @@ impl<'a> Pool<'a> {
                 if allowed.is_some_and(|ok| !ok(i)) {
                     continue;
                 }
-                if !self.profiles.get(i).holds(need, now_ms, duration_ms) {
-                    continue;
-                }
-                // `fits` on an up host: the check `apply` repeats.
+                // `fits` on an up host: the check `apply` repeats. First, as
+                // it is cheap and the index orders hosts by GPUs and CPUs
+                // only: many a host it offers lacks memory now.
                 let free_now = self.hosts[i]
                     .inventory
                     .resources()
                     .saturating_sub(self.allocated[i]);
                 if !need.within(free_now) {
+                    continue;
+                }
+                if !self.profiles.get(i).holds(need, now_ms, duration_ms) {
                     continue;
                 }
                 chosen.push(i);
