@@ -97,6 +97,36 @@ pub struct FileConfig {
 }
 
 impl FileConfig {
+    /// The inventory keys checked and resolved: what discovery reads.
+    /// Needs no server or host name, so `berth-agent --print-inventory`
+    /// can show what a host would report before it joins a cluster.
+    pub fn inventory_settings(&self, origin: &str) -> Result<InventorySettings, ConfigError> {
+        let invalid = |message: &str| ConfigError::Invalid {
+            origin: origin.to_string(),
+            message: message.to_string(),
+        };
+        if self.cpus == Some(0) {
+            return Err(invalid("cpus must be at least 1"));
+        }
+        if self.memory_mb == Some(0) {
+            return Err(invalid("memory_mb must be at least 1"));
+        }
+        InventorySettings::resolve(InventoryKeys {
+            cpus: self.cpus,
+            memory_mb: self.memory_mb,
+            fake_inventory_file: self.fake_inventory_file.clone(),
+            sysfs_root: self.sysfs_root.clone(),
+            rediscover_interval_s: self.rediscover_interval_s,
+            declared: self.declared.clone(),
+            emulators: self.emulators.clone(),
+            features: self.features.clone(),
+        })
+        .map_err(|message| ConfigError::Invalid {
+            origin: origin.to_string(),
+            message,
+        })
+    }
+
     /// Parses TOML text; `path` only names the file in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         toml::from_str(text).map_err(|e| {
@@ -195,6 +225,7 @@ impl Config {
             message,
         };
 
+        let inventory = file.inventory_settings(origin)?;
         let servers = if !overrides.servers.is_empty() {
             overrides.servers
         } else if let Some(s) = file.servers {
@@ -247,12 +278,6 @@ impl Config {
                 "stop_grace_s = {stop_grace_s} is above the maximum {STOP_GRACE_MAX_S}"
             )));
         }
-        if file.cpus == Some(0) {
-            return Err(invalid("cpus must be at least 1".to_string()));
-        }
-        if file.memory_mb == Some(0) {
-            return Err(invalid("memory_mb must be at least 1".to_string()));
-        }
         let tls_ca = match &file.tls_ca_file {
             None => None,
             Some(path) => Some(
@@ -272,18 +297,6 @@ impl Config {
                 )
             }
         };
-
-        let inventory = InventorySettings::resolve(InventoryKeys {
-            cpus: file.cpus,
-            memory_mb: file.memory_mb,
-            fake_inventory_file: file.fake_inventory_file,
-            sysfs_root: file.sysfs_root,
-            rediscover_interval_s: file.rediscover_interval_s,
-            declared: file.declared,
-            emulators: file.emulators,
-            features: file.features,
-        })
-        .map_err(&invalid)?;
 
         let state_root = overrides
             .state_dir

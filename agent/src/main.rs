@@ -4,6 +4,7 @@
 //! berth-agent --config FILE
 //! berth-agent --server ADDR[,ADDR...] --host NAME [--work-dir DIR]
 //! berth-agent --simulate N --server ADDR[,ADDR...] [--sim-heartbeat-ms MS]
+//! berth-agent --print-inventory [--config FILE]
 //! ```
 //!
 //! Flags override the config file; the server list falls back to
@@ -59,6 +60,12 @@ struct Cli {
     /// Prefix of simulated host names.
     #[arg(long, value_name = "TEXT", default_value = "sim-")]
     sim_prefix: String,
+    /// Discover this host once (CPUs, memory, GPUs through NVML and the
+    /// AMD KFD topology, emulators with their health checks, as the config
+    /// sets them), print what it would register and whether it would be
+    /// drained, and exit. Needs no server.
+    #[arg(long, conflicts_with = "simulate")]
+    print_inventory: bool,
 }
 
 #[tokio::main]
@@ -85,6 +92,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Some(path) => (FileConfig::load(path)?, path.display().to_string()),
         None => (FileConfig::default(), "command line".to_string()),
     };
+    if cli.print_inventory {
+        let settings = file.inventory_settings(&origin)?;
+        let report = tokio::task::spawn_blocking(move || {
+            berth_agent::inventory::Discoverer::new(settings).discover()
+        })
+        .await
+        .context("discovery thread")??;
+        print!("{}", berth_agent::inventory::report_text(&report));
+        return Ok(());
+    }
     let env_servers = std::env::var(SERVER_ENV).ok();
     let config = Config::resolve(
         file,

@@ -265,7 +265,13 @@ fn value(field: Field, line: Line<'_>, now_ms: u64) -> String {
     let state = job_state(job);
     let step = line.step;
     let ran = job.start_ms > 0;
-    let cpus = spec.cpus.max(1);
+    // The job's total over its hosts, as Slurm counts it; its batch step
+    // runs on the first host alone.
+    let cpus = if step {
+        spec.cpus.max(1)
+    } else {
+        spec.cpus.max(1).saturating_mul(spec.nodes.max(1))
+    };
     match field {
         // JobID names an array task as Slurm does (`12_3`); JobIDRaw
         // is always the task's own job id.

@@ -94,6 +94,48 @@ impl Discoverer {
     }
 }
 
+/// A discovery as `berth-agent --print-inventory` shows it: one line per
+/// fact, each GPU and emulator set on its own line, then the drain
+/// verdict.
+pub fn report_text(report: &HostReport) -> String {
+    let inv = &report.inventory;
+    let mut out = format!(
+        "cpus: {}\nmemory_mb: {}\ngpus: {}\n",
+        inv.cpus,
+        inv.memory_mb,
+        inv.gpus.len()
+    );
+    for g in &inv.gpus {
+        let model = if g.model.is_empty() {
+            "unknown"
+        } else {
+            &g.model
+        };
+        let uuid = if g.uuid.is_empty() { "-" } else { &g.uuid };
+        out.push_str(&format!(
+            "  gpu {}: {model}, {} MiB, {uuid}\n",
+            g.index, g.memory_mb
+        ));
+    }
+    out.push_str(&format!("emulator sets: {}\n", inv.emulators.len()));
+    for e in &inv.emulators {
+        out.push_str(&format!(
+            "  {} {} group {}: {} units\n",
+            e.kind,
+            e.name,
+            e.group,
+            e.unit_ids.len()
+        ));
+    }
+    out.push_str(&format!("features: {}\n", inv.features.join(",")));
+    if report.drain_reason.is_empty() {
+        out.push_str("drain: no\n");
+    } else {
+        out.push_str(&format!("drain: {}\n", report.drain_reason));
+    }
+    out
+}
+
 /// Discovers the host's CPUs and memory, then applies the config's
 /// overrides (which exist for fake hosts in tests and `berthd dev`).
 pub fn discover(
@@ -171,6 +213,30 @@ pub fn hostname() -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_report_reads_one_fact_per_line() {
+        let report = super::HostReport {
+            inventory: super::Inventory {
+                cpus: 16,
+                memory_mb: 4096,
+                gpus: vec![super::Gpu {
+                    index: 0,
+                    model: "h200".into(),
+                    memory_mb: 143_771,
+                    uuid: "GPU-1".into(),
+                }],
+                features: vec!["ib".into()],
+                ..Default::default()
+            },
+            drain_reason: String::new(),
+        };
+        assert_eq!(
+            super::report_text(&report),
+            "cpus: 16\nmemory_mb: 4096\ngpus: 1\n  gpu 0: h200, 143771 MiB, GPU-1\n\
+             emulator sets: 0\nfeatures: ib\ndrain: no\n"
+        );
+    }
+
     use super::*;
 
     const SAMPLE: &str = "MemTotal:       24683584 kB\n\
