@@ -76,7 +76,8 @@ async fn a_job_runs_on_its_second_set_when_the_first_can_never_fit() {
         "{seen:?}"
     );
 
-    // A set the cluster refuses (a partition of its own) changes nothing.
+    // A set the cluster refuses (a partition that is not one name) changes
+    // nothing.
     let mut client = cluster.client().await.expect("client");
     let refused = client
         .submit_job(berth_proto::api::SubmitJobRequest {
@@ -85,7 +86,7 @@ async fn a_job_runs_on_its_second_set_when_the_first_can_never_fit() {
                 user: "tester".into(),
                 command: "true".into(),
                 alternatives: vec![ResourceSet {
-                    partition: "emu".into(),
+                    partition: "emu gpu".into(),
                     ..ResourceSet::default()
                 }],
                 ..JobSpec::default()
@@ -96,7 +97,7 @@ async fn a_job_runs_on_its_second_set_when_the_first_can_never_fit() {
     assert!(
         refused
             .message()
-            .contains("alternative 1: a partition per alternative"),
+            .contains("alternative 1: partition \"emu gpu\" must be one name"),
         "{refused:?}"
     );
 }

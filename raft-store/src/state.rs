@@ -975,14 +975,7 @@ impl SmState {
         }
         let mut devices: Vec<Vec<u32>> = Vec::with_capacity(hosts.len());
         for name in hosts {
-            match self.host_takes(
-                placement.job_id,
-                spec,
-                &shape,
-                name,
-                placement.resources,
-                now_ms,
-            ) {
+            match self.host_takes(placement, spec, &shape, name, now_ms) {
                 Some(picked) => devices.push(picked),
                 None => return false,
             }
@@ -1059,29 +1052,34 @@ impl SmState {
         true
     }
 
-    /// The GPU devices `job_id` would get on `name` if the host can take
-    /// `resources` of `shape` now: not closed to it by an admin
-    /// reservation, of the path's kind (GPU model, emulator kind and group,
-    /// features), asked exactly what the job takes there (its request, or
-    /// the whole host when exclusive), and with the room. `None` otherwise.
+    /// The GPU devices the placement's job would get on `name` if the host
+    /// can take its share of `shape` now: not closed to it by an admin
+    /// reservation, in the placement's partition, of the path's kind (GPU
+    /// model, emulator kind and group, features), asked exactly what the
+    /// job takes there (its request, or the whole host when exclusive),
+    /// and with the room. `None` otherwise.
     fn host_takes(
         &self,
-        job_id: JobId,
+        placement: &PlannedStart<'_>,
         spec: &JobSpec,
         shape: &berth_scheduler::pass::Shape,
         name: &str,
-        resources: Resources,
         now_ms: u64,
     ) -> Option<Vec<u32>> {
+        let resources = placement.resources;
         if let Some(why) = self.reservation_blocks(spec, name, now_ms) {
-            tracing::debug!(job = job_id, %why, "placement dropped");
+            tracing::debug!(job = placement.job_id, %why, "placement dropped");
             return None;
         }
         let host = self.data.hosts.get(name)?;
         // Liveness is leader soft state; the re-check is about capacity and
         // a drain its agent asked for (the view says `Drain` then).
-        let view = host.view(HostState::Up);
-        berth_scheduler::fit::eligible(&view, shape, None).ok()?;
+        let mut view = host.view(HostState::Up);
+        let partition = (!placement.partition.is_empty()).then_some(placement.partition);
+        if partition.is_some() {
+            view.partitions = self.data.policy.partitions_of_host(name);
+        }
+        berth_scheduler::fit::eligible(&view, shape, partition).ok()?;
         let need = berth_scheduler::pass::need_on(&view, shape.per_host, spec.exclusive);
         if need != Some(resources) {
             return None;
@@ -1297,8 +1295,9 @@ pub const NODES_PER_JOB_MAX: usize = 4096;
 pub const ALTERNATIVES_MAX: usize = 32;
 
 /// A submit's alternative resource sets: bounded in number and in hosts,
-/// without a partition of its own (the job's partitions apply to
-/// every set), and each `gres` parsed by the job's own parser.
+/// a partition of its own one name (whether it exists is checked against
+/// the policy with the job's own partitions), and each `gres` parsed by
+/// the job's own parser.
 fn validate_alternatives(spec: &JobSpec) -> Result<(), String> {
     if spec.alternatives.len() > ALTERNATIVES_MAX {
         return Err(format!(
@@ -1314,10 +1313,9 @@ fn validate_alternatives(spec: &JobSpec) -> Result<(), String> {
                 set.nodes
             ));
         }
-        if !set.partition.is_empty() {
+        if set.partition.chars().any(|c| c.is_whitespace() || c == ',') {
             return Err(format!(
-                "alternative {n}: a partition per alternative ({:?}) is not supported yet; \
-                 give the job's partitions with --partition, they apply to every alternative",
+                "alternative {n}: partition {:?} must be one name, without spaces or commas",
                 set.partition
             ));
         }

@@ -154,19 +154,47 @@ impl<'a> Catalog<'a> {
         chain
     }
 
-    /// The partitions a job may run in, in its order of preference. Empty
-    /// when the snapshot has no partitions (every host serves every job).
+    /// The partitions a job may run in, in its order of preference: its
+    /// own list (the default partition when it names none), then those
+    /// its alternatives name. Empty when the snapshot has no partitions
+    /// (every host serves every job).
     pub fn partitions_of(&self, job: &PendingJob) -> Vec<&'a Partition> {
         if !self.partitioned {
             return Vec::new();
         }
-        if job.partitions.is_empty() {
-            return self.default_partition.into_iter().collect();
+        let mut list: Vec<&'a Partition> = if job.partitions.is_empty() {
+            self.default_partition.into_iter().collect()
+        } else {
+            job.partitions
+                .iter()
+                .filter_map(|p| self.partition(p))
+                .collect()
+        };
+        for name in job.path_partitions.iter().filter(|n| !n.is_empty()) {
+            if let Some(p) = self.partition(name) {
+                if !list.iter().any(|l| l.name == p.name) {
+                    list.push(p);
+                }
+            }
         }
-        job.partitions
-            .iter()
-            .filter_map(|p| self.partition(p))
-            .collect()
+        list
+    }
+
+    /// Whether `job`'s resource path `path` may run in `partition`: an
+    /// alternative that names a partition runs there alone; every other
+    /// path runs in the job's own partitions (`None`: a site without
+    /// partitions, where every path runs).
+    pub fn runs_in(&self, job: &PendingJob, path: usize, partition: Option<&Partition>) -> bool {
+        let Some(p) = partition else {
+            return true;
+        };
+        match job.path_partitions.get(path).filter(|n| !n.is_empty()) {
+            Some(own) => *own == p.name,
+            None if job.partitions.is_empty() => {
+                self.default_partition.is_some_and(|d| d.name == p.name)
+            }
+            None => job.partitions.contains(&p.name),
+        }
     }
 
     /// Whether `host` serves `partition` (`None`: no partitions defined).

@@ -5,6 +5,7 @@
 use crate::catalog::Catalog;
 use crate::fit::{eligible, fits, Lack};
 use crate::model::{Host, HostState};
+use crate::partition::Partition;
 use crate::pass::{need_on, PendingJob, Snapshot};
 
 /// What one host lacks for the job; empty when it could take it now (the
@@ -37,12 +38,8 @@ impl HostVerdict {
 /// of the first partition when it serves none) are shown.
 pub fn explain_hosts(snapshot: &Snapshot, job: &PendingJob) -> Vec<HostVerdict> {
     let catalog = Catalog::new(snapshot);
-    let partitions: Vec<Option<&str>> = if catalog.partitioned {
-        catalog
-            .partitions_of(job)
-            .into_iter()
-            .map(|p| Some(p.name.as_str()))
-            .collect()
+    let partitions: Vec<Option<&Partition>> = if catalog.partitioned {
+        catalog.partitions_of(job).into_iter().map(Some).collect()
     } else {
         vec![None]
     };
@@ -52,12 +49,17 @@ pub fn explain_hosts(snapshot: &Snapshot, job: &PendingJob) -> Vec<HostVerdict> 
         .into_iter()
         .map(|host| HostVerdict {
             host: host.name.clone(),
-            lacks: lacks_on(host, job, &partitions),
+            lacks: lacks_on(host, job, &catalog, &partitions),
         })
         .collect()
 }
 
-fn lacks_on(host: &Host, job: &PendingJob, partitions: &[Option<&str>]) -> Vec<Lack> {
+fn lacks_on(
+    host: &Host,
+    job: &PendingJob,
+    catalog: &Catalog<'_>,
+    partitions: &[Option<&Partition>],
+) -> Vec<Lack> {
     if host.state != HostState::Up {
         return vec![Lack::NotUp(host.state)];
     }
@@ -69,12 +71,16 @@ fn lacks_on(host: &Host, job: &PendingJob, partitions: &[Option<&str>]) -> Vec<L
     let shown_partition = partitions
         .iter()
         .copied()
-        .find(|p| p.is_none_or(|p| host.partitions.iter().any(|h| h == p)))
+        .find(|p| p.is_none_or(|p| host.partitions.contains(&p.name)))
         .unwrap_or(first_partition);
     let mut first: Option<Vec<Lack>> = None;
     for &partition in partitions {
-        for shape in job.paths() {
-            let lacks = match eligible(host, shape, partition) {
+        let pname = partition.map(|p| p.name.as_str());
+        for (path, shape) in job.paths().iter().enumerate() {
+            if !catalog.runs_in(job, path, partition) {
+                continue;
+            }
+            let lacks = match eligible(host, shape, pname) {
                 Err(lack) => vec![lack],
                 Ok(()) => {
                     let need =
@@ -85,12 +91,17 @@ fn lacks_on(host: &Host, job: &PendingJob, partitions: &[Option<&str>]) -> Vec<L
                     }
                 }
             };
-            if partition == shown_partition && first.is_none() {
+            if same_partition(partition, shown_partition) && first.is_none() {
                 first = Some(lacks);
             }
         }
     }
     first.unwrap_or_default()
+}
+
+/// The same partition (by name), or both `None` (a site without any).
+fn same_partition(a: Option<&Partition>, b: Option<&Partition>) -> bool {
+    a.map(|p| &p.name) == b.map(|p| &p.name)
 }
 
 #[cfg(test)]

@@ -295,6 +295,9 @@ fn lend_one<'a>(
         }
         let pname = partition.map(|p| p.name.as_str());
         for (path, shape) in job.paths().iter().enumerate() {
+            if !catalog.runs_in(job, path, partition) {
+                continue;
+            }
             let request = LimitRequest {
                 user: &job.user,
                 account: account_name,

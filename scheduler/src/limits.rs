@@ -1745,9 +1745,11 @@ pub fn check_submit_jobs(
             });
         }
     }
+    // The job's partitions and those its alternatives name.
     if let Some(p) = job
         .partitions
         .iter()
+        .chain(job.path_partitions.iter().filter(|p| !p.is_empty()))
         .find(|p| catalog.partition(p).is_none())
     {
         return Err(SubmitRefusal::UnknownPartition {
@@ -1884,8 +1886,11 @@ fn deny_on_limit(
     partitions: &[Option<&Partition>],
 ) -> Result<(), SubmitRefusal> {
     let mut first: Option<SubmitRefusal> = None;
-    for shape in job.paths() {
+    for (path, shape) in job.paths().iter().enumerate() {
         for &p in partitions {
+            if !catalog.runs_in(job, path, p) {
+                continue;
+            }
             let scopes = Scopes::resolve(reg, catalog, qos, p, account);
             let any_deny = scopes.qos_scopes().any(|(_, s)| s.qos.flags.deny_on_limit);
             if !any_deny {

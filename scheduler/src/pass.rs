@@ -97,6 +97,11 @@ pub struct PendingJob {
     /// OR'd resource paths; when not empty they replace `shape` (index 0 is
     /// the first listed).
     pub alternatives: Vec<Shape>,
+    /// The partition each alternative runs in, by index ("" or missing:
+    /// the job's `partitions`). An alternative naming one runs there
+    /// alone, even where the job's own list does not name it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub path_partitions: Vec<String>,
     pub held: bool,
     /// 0 = none (the partition's default applies before the snapshot).
     pub time_limit_s: u64,
@@ -954,6 +959,9 @@ fn try_job<'a>(
         let pname = partition.map(|p| p.name.as_str());
         let all_paths = partition.is_some_and(|p| p.reserve_all_alternatives);
         for (path, shape) in job.paths().iter().enumerate() {
+            if !catalog.runs_in(job, path, partition) {
+                continue;
+            }
             if let Some(p) = partition {
                 if let Err(hit) = limits::check_partition(shape, job.time_limit_s, p, qos) {
                     misses.push(Miss::Never(hit.reason, hit.detail));

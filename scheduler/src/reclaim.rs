@@ -272,7 +272,10 @@ pub(crate) fn reclaim_for<'a>(job: &'a PendingJob, cx: &mut LendCtx<'_, 'a>) -> 
     let fairshare = (cx.fairshare)(account_name);
     for partition in partitions {
         let pname = partition.map(|p| p.name.as_str());
-        for shape in job.paths() {
+        for (path, shape) in job.paths().iter().enumerate() {
+            if !catalog.runs_in(job, path, partition) {
+                continue;
+            }
             let request = LimitRequest {
                 user: &job.user,
                 account: account_name,

@@ -275,6 +275,9 @@ pub(crate) fn try_reserved<'a>(
     for partition in partitions {
         let pname = partition.map(|p| p.name.as_str());
         for (path, shape) in job.paths().iter().enumerate() {
+            if !ctx.catalog.runs_in(job, path, partition) {
+                continue;
+            }
             let request = LimitRequest {
                 user: &job.user,
                 account: account_name,

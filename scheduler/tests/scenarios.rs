@@ -228,6 +228,14 @@ scenario!(
     "multipath-max-reserve-time"
 );
 scenario!(multipath_only_for_the_top_n, "multipath-top-n");
+scenario!(
+    an_alternative_runs_in_its_own_partition_and_only_there,
+    "alternative-partition"
+);
+scenario!(
+    multipath_holds_alternatives_under_their_own_partitions,
+    "multipath-own-partitions"
+);
 scenario!(multipath_within_the_backfill_window, "multipath-bf-window");
 scenario!(multipath_first_listed_wins_a_tie, "multipath-same-instant");
 scenario!(
@@ -312,6 +320,12 @@ fn impossible_requests_and_unknown_names_are_errors() {
             "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\npartition = \"gpu\"\n"
         )),
         "s.toml: jobs[0] (id \"a\").partition: expected a name of [[partitions]], not \"gpu\""
+    );
+    assert_eq!(
+        error_of(&format!(
+            "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\nalternatives = [{{ cpus = 1, partition = \"gpu\" }}]\n"
+        )),
+        "s.toml: jobs[0] (id \"a\").alternatives[0].partition: expected a name of [[partitions]], not \"gpu\""
     );
     assert_eq!(
         error_of(&format!(

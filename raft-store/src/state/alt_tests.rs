@@ -112,11 +112,11 @@ fn a_bad_set_is_refused_naming_it() {
     );
 
     let mut parted = set(1, 0);
-    parted.partition = "emu".into();
+    parted.partition = "emu,gpu".into();
     let reason = rejected(submit(&mut s, "r3", spec_with(vec![set(1, 0), parted])));
-    assert!(
-        reason.contains("alternative 2: a partition per alternative"),
-        "{reason}"
+    assert_eq!(
+        reason,
+        "alternative 2: partition \"emu,gpu\" must be one name, without spaces or commas"
     );
     assert!(s.data.jobs.is_empty());
 }
@@ -244,4 +244,120 @@ fn a_job_without_sets_runs_on_its_own_request_as_path_zero() {
     let record = &s.data.jobs[&1];
     assert_eq!(record.job.alloc.as_ref().map(|a| a.alternative), Some(0));
     assert!(record.events.iter().all(|e| e.kind != "alternative"));
+}
+
+/// Partitions cpu (c1, the default) and emu (e1), and account lab for
+/// alice.
+fn two_partitions(s: &mut SmState) {
+    register(s, "c1", 4, 0);
+    register(s, "e1", 8, 0);
+    let partition = |name: &str, host: &str, default: bool| {
+        crate::policy::PolicyChange::UpsertPartition(crate::policy::PartitionRecord {
+            partition: berth_scheduler::Partition {
+                name: name.into(),
+                default,
+                ..Default::default()
+            },
+            hosts: vec![host.into()],
+        })
+    };
+    for change in [
+        partition("cpu", "c1", true),
+        partition("emu", "e1", false),
+        crate::policy::PolicyChange::UpsertAccount(berth_scheduler::Account {
+            name: "lab".into(),
+            users: vec!["alice".into()],
+            ..Default::default()
+        }),
+    ] {
+        assert_eq!(
+            apply(s, Command::SetPolicy { change, now_ms: 2 }),
+            Response::PolicySet
+        );
+    }
+}
+
+fn placed_in(
+    s: &mut SmState,
+    job_id: u64,
+    host: &str,
+    partition: &str,
+    path: usize,
+    resources: Resources,
+) -> u32 {
+    let response = apply(
+        s,
+        Command::ApplyPlan {
+            gang_starts: Vec::new(),
+            snapshot_index: 0,
+            now_ms: 20,
+            starts: vec![Placement {
+                job_id,
+                host: host.into(),
+                resources,
+                partition: partition.into(),
+                path,
+            }],
+            evictions: Vec::new(),
+            borrowed: Vec::new(),
+        },
+    );
+    match response {
+        Response::PlanApplied { started, .. } => started,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn an_alternative_runs_in_its_own_partition_and_apply_holds_it_there() {
+    let mut s = SmState::default();
+    two_partitions(&mut s);
+    let mut own = set(1, 0);
+    own.partition = "emu".into();
+    let spec = JobSpec {
+        partitions: vec!["cpu".into()],
+        ..spec_with(vec![set(8, 0), own])
+    };
+    assert!(matches!(
+        submit(&mut s, "r1", spec.clone()),
+        Response::Submitted { .. }
+    ));
+    // The pass: 8 CPUs never fit c1, so the second set runs on e1 in emu,
+    // a partition the job itself does not name.
+    let plan = berth_scheduler::schedule(
+        &s.scheduler_snapshot(|_| berth_scheduler::HostState::Up),
+        &berth_scheduler::Policy::default(),
+        20,
+    );
+    let [start] = plan.starts.as_slice() else {
+        panic!("one start expected: {plan:?}");
+    };
+    assert_eq!(
+        (start.host.as_str(), start.partition.as_str(), start.path),
+        ("e1", "emu", 1)
+    );
+    // apply holds every path to its partition and every host to it.
+    let one = Resources::cpu_mem(1, 0);
+    assert_eq!(
+        placed_in(&mut s, 1, "e1", "emu", 0, Resources::cpu_mem(8, 0)),
+        0
+    );
+    assert_eq!(placed_in(&mut s, 1, "c1", "emu", 1, one), 0);
+    assert_eq!(placed_in(&mut s, 1, "e1", "cpu", 1, one), 0);
+    assert_eq!(placed_in(&mut s, 1, "e1", "emu", 1, one), 1);
+    assert_eq!(
+        s.job(1)
+            .and_then(|r| r.job.alloc.as_ref())
+            .map(|a| a.alternative),
+        Some(2)
+    );
+
+    // A partition no one defined is refused at submit, naming it.
+    let mut ghost = set(1, 0);
+    ghost.partition = "nowhere".into();
+    let reason = rejected(submit(&mut s, "r2", spec_with(vec![ghost])));
+    assert_eq!(
+        reason,
+        "invalid partition: partition nowhere does not exist"
+    );
 }

@@ -219,6 +219,11 @@ impl SmState {
         if catalog.partitioned && partition.is_none() {
             return false;
         }
+        // The path the plan chose must run in that partition: an
+        // alternative naming its own runs there alone.
+        if !catalog.runs_in(&pending_of(spec), placement.path, partition) {
+            return false;
+        }
         let shape = Shape {
             nodes: u32::try_from(placement.hosts.len()).unwrap_or(u32::MAX),
             ..Shape::one(placement.resources)
@@ -350,6 +355,14 @@ pub(super) fn pending_of(spec: &JobSpec) -> PendingJob {
         shape: spec.shape().unwrap_or_else(|_| Shape::one(spec.per_host())),
         // Refused at submit when a set does not parse, so never stored so.
         alternatives: spec.alternative_shapes().unwrap_or_default(),
+        path_partitions: if spec.alternatives.iter().all(|a| a.partition.is_empty()) {
+            Vec::new()
+        } else {
+            spec.alternatives
+                .iter()
+                .map(|a| a.partition.clone())
+                .collect()
+        },
         held: spec.hold,
         time_limit_s: spec.time_limit_s,
         user: spec.user.clone(),

@@ -943,8 +943,9 @@ fn parse_users(ctx: &Ctx, root: &Table, accounts: &[Account]) -> Result<Vec<User
     Ok(users)
 }
 
-/// The resource keys of a job or of one of its alternatives.
-const SHAPE_KEYS: &[&str] = &[
+/// An alternative's keys: a job's resource keys ([`SHAPE_KEYS`]), then
+/// the partition it runs in.
+const ALTERNATIVE_KEYS: &[&str] = &[
     "nodes",
     "cpus",
     "mem_mb",
@@ -953,7 +954,11 @@ const SHAPE_KEYS: &[&str] = &[
     "emulators",
     "exclusive",
     "features",
+    "partition",
 ];
+
+/// The resource keys of a job or of one of its alternatives.
+const SHAPE_KEYS: &[&str] = ALTERNATIVE_KEYS.split_at(ALTERNATIVE_KEYS.len() - 1).0;
 
 fn shape_of(ctx: &Ctx, t: &Table, path: &str, base: Option<&Shape>) -> Result<Shape, SimError> {
     let mut shape = base
@@ -1270,6 +1275,7 @@ fn parse_jobs(
         }
         let shape = shape_of(ctx, j, &path, None)?;
         let mut alternatives = Vec::new();
+        let mut path_partitions = Vec::new();
         if let Some(alts) = j.get("alternatives") {
             let Value::Array(items) = alts else {
                 return Err(ctx.invalid(
@@ -1282,13 +1288,26 @@ fn parse_jobs(
                 let Value::Table(t) = alt else {
                     return Err(ctx.invalid(&apath, "a table of resource keys"));
                 };
-                ctx.check_keys(t, "alternatives", &apath, SHAPE_KEYS)?;
+                ctx.check_keys(t, "alternatives", &apath, ALTERNATIVE_KEYS)?;
                 alternatives.push(shape_of(ctx, t, &apath, Some(&shape))?);
+                // An alternative may run in a partition of its own.
+                let own = ctx.str_of(t, &apath, "partition")?.unwrap_or_default();
+                if !own.is_empty() && catalog.partition(own).is_none() {
+                    return Err(ctx.invalid(
+                        &format!("{apath}.partition"),
+                        format!("a name of [[partitions]], not {own:?}"),
+                    ));
+                }
+                path_partitions.push(own.to_string());
             }
+        }
+        if path_partitions.iter().all(String::is_empty) {
+            path_partitions.clear();
         }
         let mut spec = PendingJob {
             shape,
             alternatives,
+            path_partitions,
             user: user.to_string(),
             account: asked_account.to_string(),
             qos: qos.to_string(),
@@ -1302,20 +1321,17 @@ fn parse_jobs(
             ..PendingJob::default()
         };
         // Where it could run at all, with every host up.
-        let candidate_partitions: Vec<Option<&str>> = if world.partitions.is_empty() {
+        let candidate_partitions: Vec<Option<&Partition>> = if world.partitions.is_empty() {
             vec![None]
         } else {
-            catalog
-                .partitions_of(&spec)
-                .into_iter()
-                .map(|p| Some(p.name.as_str()))
-                .collect()
+            catalog.partitions_of(&spec).into_iter().map(Some).collect()
         };
-        if !spec
-            .paths()
-            .iter()
-            .any(|s| candidate_partitions.iter().any(|p| possible(s, hosts, *p)))
-        {
+        let can_run = spec.paths().iter().enumerate().any(|(k, s)| {
+            candidate_partitions.iter().any(|&p| {
+                catalog.runs_in(&spec, k, p) && possible(s, hosts, p.map(|p| p.name.as_str()))
+            })
+        });
+        if !can_run {
             return Err(ctx.invalid(
                 &path,
                 "resources some hosts of the scenario could hold (no host group has enough of what it asks, of its kind, in its partition)",
