@@ -1,7 +1,7 @@
 //! A short seeded chaos drill on a real 3-node cluster of processes: 20
 //! faults, the first one of each kind (leader kill, follower kill, paused
 //! leader, restart of every node, agent kill), under a workload of retried
-//! submits, cancels and QOS edits, then every invariant checker (about a
+//! submits, cancels, gets and QOS edits, then every invariant checker (about a
 //! minute). Fault timing
 //! varies from run to run; the invariants must hold for any timing.
 
@@ -34,7 +34,10 @@ async fn seeded_chaos_drill_keeps_every_invariant() {
     assert_eq!(report.submits_acked, report.submits_sent, "{report}");
     assert!(report.submits_acked >= 10, "{report}");
     assert!(report.runs_observed >= 5, "{report}");
-    assert_eq!(report.checks.len(), 10);
+    assert_eq!(report.checks.len(), 11);
+    // The linearizability check searched every key to a verdict.
+    assert!(report.lincheck.ops >= report.submits_sent, "{report}");
+    assert_eq!(report.lincheck.undecided_keys, Vec::<String>::new());
     // The leader-taking faults measured their failover.
     assert!(report.failover_ms.len() >= 3, "{report}");
 }

@@ -8,10 +8,12 @@
 //! inject faults (`faults`) one after another until `seconds` have
 //! passed; stop the workload (submits in flight are retried to their
 //! end); wait for the queue to drain; read every node's jobs; stop the
-//! nodes and compare their stores; run the checkers (`checks`).
+//! nodes and compare their stores; run the checkers (`checks`, and
+//! `lincheck` for the linearizability of the submit/cancel/get history).
 
 pub mod checks;
 pub mod faults;
+pub mod lincheck;
 pub mod plot;
 mod report;
 pub mod rng;
@@ -29,7 +31,7 @@ use berth_proto::api::{
 
 use crate::harness::{status_of, ClusterOptions, HarnessError, LocalCluster};
 use checks::{FinalJob, Violation};
-pub use report::{CheckResult, Report};
+pub use report::{CheckResult, LincheckFigures, Report};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DrillError {
@@ -116,11 +118,13 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
     set_up_policy(&cluster).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
+    let clock = workload::Clock::start();
     let wl = Arc::new(workload::WorkloadOptions {
         seed: opts.seed,
         servers: cluster.servers(),
         markers: markers.clone(),
         max_runtime_ms: opts.max_runtime_ms,
+        clock,
     });
     let submitters: Vec<_> = (0..opts.submitters)
         .map(|n| tokio::spawn(workload::submitter(n, wl.clone(), stop.clone())))
@@ -184,7 +188,11 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
 
     let drained = drain(&cluster, opts).await;
     let leader = faults::wait_leader(&cluster, opts.nodes, &[]).await?;
+    // The final listing is a linearizable read too: it ends every key's
+    // history (an acknowledged cancel must show in it).
+    let listed_from_us = clock.now_us();
     let jobs = list_jobs(&cluster.addr(leader)?, false).await?;
+    let listed_at_us = clock.now_us();
     let capacity = host_capacity(&cluster.addr(leader)?).await?;
     let qos_priority = drill_qos_priority(&cluster.addr(leader)?).await?;
     let views = replica_views(&cluster, opts.nodes).await?;
@@ -280,6 +288,9 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
             qos_priority,
         ),
     ));
+    let (lincheck_result, lincheck_figures) =
+        check_history(&logs, &submits, &jobs, (listed_from_us, listed_at_us));
+    results.push(lincheck_result);
     results.push(CheckResult::new(
         "no false host-down",
         checks::node_fail_explained(&jobs, &agent_kills),
@@ -305,7 +316,33 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
         torn,
         digests,
         results,
+        lincheck_figures,
     ))
+}
+
+/// Runs the linearizability check over every submitter's history and the
+/// final listing (read between the two instants of `listed`), timed.
+fn check_history(
+    logs: &[workload::SubmitterLog],
+    submits: &[checks::SubmitRecord],
+    jobs: &[FinalJob],
+    listed: (u64, u64),
+) -> (CheckResult, LincheckFigures) {
+    let started = Instant::now();
+    let mut history: Vec<lincheck::Op> = logs.iter().flat_map(|l| l.history.clone()).collect();
+    history.extend(lincheck::final_reads(submits, jobs, listed.0, listed.1));
+    let summary = lincheck::check(&history, lincheck::STEPS_PER_KEY_MAX);
+    let figures = LincheckFigures {
+        ops: summary.ops,
+        keys: summary.keys,
+        steps: summary.steps,
+        undecided_keys: summary.undecided,
+        check_ms: started.elapsed().as_secs_f64() * 1_000.0,
+    };
+    (
+        CheckResult::new(lincheck::CHECK, summary.violations),
+        figures,
+    )
 }
 
 fn epoch_ms() -> u64 {

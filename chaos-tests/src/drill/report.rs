@@ -27,6 +27,21 @@ impl CheckResult {
     }
 }
 
+/// What the linearizability check covered and what it cost.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LincheckFigures {
+    /// Ops searched, the final listing's reads included.
+    pub ops: usize,
+    /// Keys (request ids) searched, each on its own.
+    pub keys: usize,
+    /// Search nodes explored, all keys together.
+    pub steps: u64,
+    /// Keys whose search hit its step bound: neither proved nor refuted.
+    pub undecided_keys: Vec<String>,
+    /// Wall time of the check (the history copied and searched).
+    pub check_ms: f64,
+}
+
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
     pub seed: u64,
@@ -52,6 +67,7 @@ pub struct Report {
     /// (node, applied index, digest) of each store at the end.
     pub digests: Digests,
     pub checks: Vec<CheckResult>,
+    pub lincheck: LincheckFigures,
 }
 
 impl Report {
@@ -67,6 +83,7 @@ impl Report {
         torn_marker_lines: usize,
         digests: Digests,
         checks: Vec<CheckResult>,
+        lincheck: LincheckFigures,
     ) -> Report {
         let mut failover_ms: Vec<u64> = faults.iter().filter_map(|f| f.failover_ms).collect();
         failover_ms.sort_unstable();
@@ -108,6 +125,7 @@ impl Report {
             torn_marker_lines,
             digests,
             checks,
+            lincheck,
         }
     }
 
@@ -186,6 +204,15 @@ impl fmt::Display for Report {
             .map(|(node, applied, digest)| format!("node {node} @{applied} {digest}"))
             .collect();
         writeln!(f, "stores: {}", stores.join(", "))?;
+        writeln!(
+            f,
+            "linearizability: {} ops over {} keys checked in {:.1} ms ({} search steps), {} keys undecided",
+            self.lincheck.ops,
+            self.lincheck.keys,
+            self.lincheck.check_ms,
+            self.lincheck.steps,
+            self.lincheck.undecided_keys.len()
+        )?;
         writeln!(f, "invariants:")?;
         for c in &self.checks {
             let verdict = if c.violations.is_empty() {

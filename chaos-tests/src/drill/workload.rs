@@ -1,7 +1,9 @@
 //! The drill's workload: submitters that retry each submit with the same
 //! request id until it is acknowledged, cancel some of their jobs, edit a
-//! QOS and read their jobs back, recording every outcome for the checkers;
-//! and a monitor that samples every host's allocation.
+//! QOS and read their jobs back, recording every outcome for the checkers
+//! (and every submit attempt, cancel and get as a timed operation for the
+//! linearizability check); and a monitor that samples every host's
+//! allocation.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +16,7 @@ use berth_proto::api::{
 use tonic::Code;
 
 use super::checks::{CancelOutcome, CancelRecord, QosEdit, SubmitRecord, Violation};
+use super::lincheck::{Call, Op, Read};
 use super::rng::Rng;
 use crate::harness::{connect, HarnessClient};
 
@@ -27,6 +30,32 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Submits per submitter at most, whatever `--seconds` is: bounds the
 /// history the checkers hold (and keeps below the API's list bound).
 pub const SUBMITS_PER_SUBMITTER_MAX: usize = 2_000;
+/// Attempts of one submit at most. The deadline ends a submit first (an
+/// attempt takes at least the retry pause: 600 fit in the deadline); this
+/// bound is what the history reserves room for.
+pub const SUBMIT_ATTEMPTS_MAX: u32 = 1_000;
+/// Operations per submitter's history at most: the workload stops before
+/// a step could overflow it (a submit records up to
+/// [`SUBMIT_ATTEMPTS_MAX`] ops, a cancel or a get one), so the history is
+/// never cut short (a cut history could show a job moved by an op it no
+/// longer holds).
+pub const HISTORY_OPS_PER_SUBMITTER_MAX: usize = 20_000;
+
+/// One monotonic clock for every submitter (and the final listing), so
+/// their operations' instants can be ordered against each other.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock(Instant);
+
+impl Clock {
+    pub fn start() -> Clock {
+        Clock(Instant::now())
+    }
+
+    /// Microseconds since the clock started.
+    pub fn now_us(&self) -> u64 {
+        u64::try_from(self.0.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+}
 
 /// The user, account and QOS names the drill sets up and submits as.
 pub const DRILL_USER: &str = "drill";
@@ -47,6 +76,8 @@ pub struct SubmitterLog {
     pub reads: u64,
     /// Acknowledged jobs a linearizable read did not find.
     pub violations: Vec<Violation>,
+    /// Every submit attempt, cancel and get, in the order sent.
+    pub history: Vec<Op>,
 }
 
 /// A client over the cluster's members: the current connection, and on
@@ -104,6 +135,7 @@ pub struct WorkloadOptions {
     pub servers: Vec<String>,
     pub markers: std::path::PathBuf,
     pub max_runtime_ms: u64,
+    pub clock: Clock,
 }
 
 /// Runs submitter `n` until `stop` is set; an unacknowledged submit in
@@ -112,28 +144,38 @@ pub async fn submitter(n: u32, opts: Arc<WorkloadOptions>, stop: Arc<AtomicBool>
     let mut rng = Rng::fork(opts.seed, u64::from(n) + 1);
     let mut caller = Caller::new(opts.servers.clone(), n as usize);
     let mut log = SubmitterLog::default();
-    let mut acked: Vec<u64> = Vec::new();
-    while !stop.load(Ordering::Relaxed) && log.submits.len() < SUBMITS_PER_SUBMITTER_MAX {
+    // Each acknowledged job with its request id (its key in the history).
+    let mut acked: Vec<(u64, String)> = Vec::new();
+    let room = |log: &SubmitterLog| {
+        log.history.len() + SUBMIT_ATTEMPTS_MAX as usize <= HISTORY_OPS_PER_SUBMITTER_MAX
+    };
+    while !stop.load(Ordering::Relaxed)
+        && log.submits.len() < SUBMITS_PER_SUBMITTER_MAX
+        && room(&log)
+    {
         let roll = rng.range(0, 99);
         if roll < 70 || acked.is_empty() {
-            let record = submit_one(n, log.submits.len(), &opts, &mut rng, &mut caller).await;
+            let seq = log.submits.len();
+            let record = submit_one(n, seq, &opts, &mut rng, &mut caller, &mut log.history).await;
             if let Some(id) = record.job_id {
-                acked.push(id);
+                acked.push((id, record.request_id.clone()));
             }
             log.submits.push(record);
         } else if roll < 82 {
-            let job_id = acked[rng.range(0, acked.len() as u64 - 1) as usize];
-            log.cancels.push(cancel_one(job_id, &mut caller).await);
+            let (job_id, key) = &acked[rng.range(0, acked.len() as u64 - 1) as usize];
+            let (record, op) = cancel_one(*job_id, &mut caller, n, key, opts.clock).await;
+            log.cancels.push(record);
+            log.history.push(op);
         } else if roll < 90 && n == 0 {
             // One submitter edits the QOS, one edit after another, so the
             // final value can be checked against the order of its acks.
             let priority = rng.range(1, 1_000) as u32;
             log.qos_edits.push(edit_qos(priority, &mut caller).await);
         } else {
-            let job_id = acked[rng.range(0, acked.len() as u64 - 1) as usize];
-            if let Some(v) = read_back(job_id, &mut caller).await {
-                log.violations.push(v);
-            }
+            let (job_id, key) = &acked[rng.range(0, acked.len() as u64 - 1) as usize];
+            let (violation, op) = read_back(*job_id, &mut caller, n, key, opts.clock).await;
+            log.violations.extend(violation);
+            log.history.push(op);
             log.reads += 1;
         }
         tokio::time::sleep(Duration::from_millis(rng.range(50, 250))).await;
@@ -160,6 +202,7 @@ async fn submit_one(
     opts: &WorkloadOptions,
     rng: &mut Rng,
     caller: &mut Caller,
+    history: &mut Vec<Op>,
 ) -> SubmitRecord {
     let request_id = format!("drill-{}-{n}-{seq}", opts.seed);
     let runtime_ms = rng.range(0, opts.max_runtime_ms);
@@ -193,6 +236,7 @@ async fn submit_one(
     let mut attempts = 0;
     loop {
         attempts += 1;
+        let invoked_us = opts.clock.now_us();
         let attempt = async {
             let mut client = caller.client().await?;
             let call = client.submit_job(SubmitJobRequest {
@@ -205,7 +249,19 @@ async fn submit_one(
                 Err(_) => Err("timed out".to_string()),
             }
         };
-        match attempt.await {
+        let answer = attempt.await;
+        // Any failure may have applied (a timeout after the commit, a
+        // leader lost mid-call): it is an op without an answer.
+        history.push(Op {
+            client: n,
+            key: request_id.clone(),
+            call: Call::Submit {
+                job_id: answer.as_ref().ok().copied(),
+            },
+            invoked_us,
+            returned_us: opts.clock.now_us(),
+        });
+        match answer {
             Ok(job_id) => {
                 return SubmitRecord {
                     request_id,
@@ -215,7 +271,7 @@ async fn submit_one(
             }
             Err(e) => {
                 caller.failed();
-                if start.elapsed() > SUBMIT_DEADLINE {
+                if start.elapsed() > SUBMIT_DEADLINE || attempts >= SUBMIT_ATTEMPTS_MAX {
                     tracing::warn!(%request_id, error = %e, "submit never acknowledged");
                     return SubmitRecord {
                         request_id,
@@ -229,7 +285,16 @@ async fn submit_one(
     }
 }
 
-async fn cancel_one(job_id: u64, caller: &mut Caller) -> CancelRecord {
+/// One cancel of the job of request `key`, as a record and as an op of
+/// client `n`'s history.
+async fn cancel_one(
+    job_id: u64,
+    caller: &mut Caller,
+    n: u32,
+    key: &str,
+    clock: Clock,
+) -> (CancelRecord, Op) {
+    let invoked_us = clock.now_us();
     let outcome = match caller.client().await {
         Err(_) => CancelOutcome::Unknown,
         Ok(mut client) => {
@@ -253,7 +318,17 @@ async fn cancel_one(job_id: u64, caller: &mut Caller) -> CancelRecord {
     if outcome == CancelOutcome::Unknown {
         caller.failed();
     }
-    CancelRecord { job_id, outcome }
+    let op = Op {
+        client: n,
+        key: key.to_string(),
+        call: Call::Cancel {
+            job_id,
+            outcome: outcome.clone(),
+        },
+        invoked_us,
+        returned_us: clock.now_us(),
+    };
+    (CancelRecord { job_id, outcome }, op)
 }
 
 async fn edit_qos(priority: u32, caller: &mut Caller) -> QosEdit {
@@ -270,26 +345,56 @@ async fn edit_qos(priority: u32, caller: &mut Caller) -> QosEdit {
     QosEdit { priority, acked }
 }
 
-/// A linearizable read of an acknowledged job: it must exist. No answer
-/// at all proves nothing (the member may be down).
-async fn read_back(job_id: u64, caller: &mut Caller) -> Option<Violation> {
-    let mut client = caller.client().await.ok()?;
+/// A linearizable read of an acknowledged job (of request `key`): it
+/// must exist. No answer at all proves nothing (the member may be down).
+/// Also returned as an op of client `n`'s history, with the state read.
+async fn read_back(
+    job_id: u64,
+    caller: &mut Caller,
+    n: u32,
+    key: &str,
+    clock: Clock,
+) -> (Option<Violation>, Op) {
+    let invoked_us = clock.now_us();
+    let (violation, read) = get_job(job_id, caller).await;
+    let op = Op {
+        client: n,
+        key: key.to_string(),
+        call: Call::Get { job_id, read },
+        invoked_us,
+        returned_us: clock.now_us(),
+    };
+    (violation, op)
+}
+
+async fn get_job(job_id: u64, caller: &mut Caller) -> (Option<Violation>, Option<Read>) {
+    let Ok(mut client) = caller.client().await else {
+        return (None, None);
+    };
     let call = client.get_job(GetJobRequest {
         job_id,
         stale: false,
     });
     match tokio::time::timeout(CALL_TIMEOUT, call).await {
-        Ok(Ok(_)) => None,
-        Ok(Err(s)) if s.code() == Code::NotFound => Some(Violation {
-            check: "acknowledged submits exist exactly once",
-            detail: format!(
-                "a read after the ack did not find job {job_id}: {}",
-                s.message()
-            ),
-        }),
+        Ok(Ok(job)) => (
+            None,
+            Some(Read::Found {
+                state: job.into_inner().state,
+            }),
+        ),
+        Ok(Err(s)) if s.code() == Code::NotFound => (
+            Some(Violation {
+                check: "acknowledged submits exist exactly once",
+                detail: format!(
+                    "a read after the ack did not find job {job_id}: {}",
+                    s.message()
+                ),
+            }),
+            Some(Read::NotFound),
+        ),
         _ => {
             caller.failed();
-            None
+            (None, None)
         }
     }
 }
