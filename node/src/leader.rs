@@ -239,30 +239,49 @@ async fn enforce_time_limits(node: &Node) {
     }
 }
 
+/// A pending job's multi-path reservation as the leader remembers it
+/// between passes (soft state: a new leader starts afresh).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MultipathHeld {
+    /// When it first held one (ms since the epoch).
+    pub since_ms: u64,
+    /// The alternatives it held after the last pass; empty once it fell
+    /// back to a single-path reservation.
+    pub paths: Vec<usize>,
+}
+
 /// Hands each pending job the time it first held a multi-path reservation
-/// (leader soft state; a new leader starts afresh) and forgets jobs no
+/// and the alternatives it held after the last pass, and forgets jobs no
 /// longer pending, so the map stays bounded by the queue.
 fn carry_multipath_since(
-    since: &mut BTreeMap<JobId, u64>,
+    since: &mut BTreeMap<JobId, MultipathHeld>,
     pending: &mut [berth_scheduler::PendingJob],
 ) {
     let mut kept = BTreeMap::new();
     for job in pending.iter_mut() {
-        if let Some(&at_ms) = since.get(&job.id) {
-            job.multipath_since_ms = Some(at_ms);
-            kept.insert(job.id, at_ms);
+        if let Some(held) = since.remove(&job.id) {
+            job.multipath_since_ms = Some(held.since_ms);
+            job.multipath_held = held.paths.clone();
+            kept.insert(job.id, held);
         }
     }
     *since = kept;
 }
 
 /// Records when each job the plan gave a multi-path reservation first got
-/// one; it is not reset while the job waits, so `max_reserve_time_s`
-/// counts from the first.
-fn note_multipath_since(since: &mut BTreeMap<JobId, u64>, plan: &Plan, pass_ms: u64) {
-    for held in &plan.multipath {
-        if !held.paths.is_empty() {
-            since.entry(held.job_id).or_insert(pass_ms);
+/// one (not reset while the job waits, so `max_reserve_time_s` counts
+/// from the first) and what every remembered job holds now.
+fn note_multipath_since(since: &mut BTreeMap<JobId, MultipathHeld>, plan: &Plan, pass_ms: u64) {
+    for held in since.values_mut() {
+        held.paths.clear();
+    }
+    for made in &plan.multipath {
+        if !made.paths.is_empty() {
+            let held = since.entry(made.job_id).or_insert(MultipathHeld {
+                since_ms: pass_ms,
+                paths: Vec::new(),
+            });
+            held.paths = made.paths.iter().map(|p| p.path).collect();
         }
     }
 }
@@ -429,7 +448,14 @@ mod tests {
         ];
         carry_multipath_since(&mut since, &mut pending);
         assert_eq!(pending[0].multipath_since_ms, Some(1_000));
+        assert_eq!(pending[0].multipath_held, [0]);
         assert_eq!(pending[1].multipath_since_ms, None);
+        // A pass without its multi-path reservation (it fell back to one
+        // path): the time stays, the held alternatives go.
+        note_multipath_since(&mut since, &Plan::default(), 9_000);
+        carry_multipath_since(&mut since, &mut pending);
+        assert_eq!(pending[0].multipath_since_ms, Some(1_000));
+        assert!(pending[0].multipath_held.is_empty());
         // Job 1 started (no longer pending): forgotten.
         carry_multipath_since(&mut since, &mut pending[1..]);
         assert!(since.is_empty());

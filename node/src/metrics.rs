@@ -71,6 +71,18 @@ fn record_preemption(plan: &berth_scheduler::Plan) {
     metrics::gauge!("berth_multipath_jobs_reserved").set(m.jobs_reserved as f64);
     metrics::gauge!("berth_multipath_paths_reserved").set(m.paths_reserved as f64);
     metrics::counter!("berth_multipath_expired_total").increment(m.expired);
+    // Starts of jobs that held several alternatives, and the alternatives
+    // they let go (the plan may still be dropped by apply's re-check).
+    let released: Vec<usize> = plan
+        .starts
+        .iter()
+        .map(|s| s.released.len())
+        .chain(plan.gang_starts.iter().map(|g| g.released.len()))
+        .filter(|&n| n > 0)
+        .collect();
+    metrics::counter!("berth_multipath_dispatched_total").increment(released.len() as u64);
+    metrics::counter!("berth_multipath_released_total")
+        .increment(released.iter().sum::<usize>() as u64);
 }
 
 #[derive(Debug, thiserror::Error)]

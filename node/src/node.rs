@@ -90,9 +90,11 @@ pub struct Node {
     /// entry per job of the pass's snapshot, replaced each pass.
     pub last_priorities: Mutex<BTreeMap<JobId, PriorityBreakdown>>,
     /// Since when each pending job has held a multi-path reservation
-    /// (ms since the epoch), carried from pass to pass for
-    /// `max_reserve_time_s`; pruned to the pending jobs each pass.
-    pub multipath_since: Mutex<BTreeMap<JobId, u64>>,
+    /// (ms since the epoch), for `max_reserve_time_s`, and which
+    /// alternatives it held after the last pass (its start names the
+    /// others as released); carried from pass to pass and pruned to the
+    /// pending jobs each pass.
+    pub multipath_since: Mutex<BTreeMap<JobId, crate::leader::MultipathHeld>>,
     /// When the last pass this node ran was and how long it took (the
     /// web UI's Cluster page).
     pub last_pass: Mutex<Option<crate::ui::track::LastPass>>,

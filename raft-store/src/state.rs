@@ -1037,12 +1037,24 @@ impl SmState {
         );
         let sets = &record.job.spec.alternatives;
         if let Some(set) = sets.get(placement.path) {
-            let text = format!(
+            let mut text = format!(
                 "Started on alternative {} of {} ({})",
                 placement.path + 1,
                 sets.len(),
                 set_text(set)
             );
+            let released: Vec<String> = placement
+                .released
+                .iter()
+                .filter(|&&k| k < sets.len())
+                .map(|k| (k + 1).to_string())
+                .collect();
+            if !released.is_empty() {
+                text.push_str(&format!(
+                    "; multi-path reservation released on alternative {}",
+                    released.join(", ")
+                ));
+            }
             record.push_event(now_ms, "alternative", text);
         }
         self.pending.remove(&placement.job_id);
@@ -1199,6 +1211,8 @@ pub(super) struct PlannedStart<'a> {
     pub resources: Resources,
     pub partition: &'a str,
     pub path: usize,
+    /// Alternatives whose multi-path reservation the start lets go.
+    pub released: &'a [usize],
 }
 
 impl<'a> PlannedStart<'a> {
@@ -1209,6 +1223,7 @@ impl<'a> PlannedStart<'a> {
             resources: p.resources,
             partition: &p.partition,
             path: p.path,
+            released: &p.released,
         }
     }
 
@@ -1219,6 +1234,7 @@ impl<'a> PlannedStart<'a> {
             resources: g.resources,
             partition: &g.partition,
             path: g.path,
+            released: &g.released,
         }
     }
 }

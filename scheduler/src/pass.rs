@@ -136,6 +136,11 @@ pub struct PendingJob {
     /// (kept by the caller from earlier plans; for `max_reserve_time_s`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub multipath_since_ms: Option<u64>,
+    /// The alternatives (path indexes) it held room on after the last pass
+    /// (kept by the caller, like `multipath_since_ms`): a start lets go of
+    /// all but the one it took, and says so.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub multipath_held: Vec<usize>,
     /// A priority an administrator fixed (`scontrol update Priority=N`):
     /// the job's total, in place of the multifactor sum; 0 = none.
     #[serde(skip_serializing_if = "u32_is_zero")]
@@ -335,6 +340,10 @@ pub struct Placement {
     /// Which of its resource paths (alternatives) it got; 0 without any.
     #[serde(default)]
     pub path: usize,
+    /// The other alternatives it held a multi-path reservation on, let go
+    /// now that it starts (empty when it held none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<usize>,
 }
 
 /// A multi-host job (a gang) placed on all its hosts at once. Kept apart
@@ -352,6 +361,9 @@ pub struct GangPlacement {
     pub partition: String,
     #[serde(default)]
     pub path: usize,
+    /// As [`Placement::released`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released: Vec<usize>,
 }
 
 /// Room promised to a blocked job: where and from when.
@@ -1095,22 +1107,44 @@ pub(crate) fn place(
     now_ms: u64,
 ) {
     let (names, per_host) = take_room(job, shape, partition, hosts, charge, tally, pool, now_ms);
-    let partition_name = partition.map(|p| p.name.clone()).unwrap_or_default();
+    let partition_name = partition.map_or("", |p| p.name.as_str());
+    push_start(plan, job, names, per_host, partition_name, path);
+}
+
+/// Adds `job`'s start on `names` by its path `path` to `plan`: one host in
+/// `starts`, a gang in `gang_starts`, with the other alternatives it held
+/// a multi-path reservation on as released.
+pub(crate) fn push_start(
+    plan: &mut Plan,
+    job: &PendingJob,
+    mut names: Vec<String>,
+    resources: Resources,
+    partition: &str,
+    path: usize,
+) {
+    let released: Vec<usize> = job
+        .multipath_held
+        .iter()
+        .copied()
+        .filter(|&held| held != path)
+        .collect();
     if names.len() == 1 {
         plan.starts.push(Placement {
             job_id: job.id,
-            host: names.into_iter().next().unwrap_or_default(),
-            resources: per_host,
-            partition: partition_name,
+            host: names.pop().unwrap_or_default(),
+            resources,
+            partition: partition.to_string(),
             path,
+            released,
         });
     } else {
         plan.gang_starts.push(GangPlacement {
             job_id: job.id,
             hosts: names,
-            resources: per_host,
-            partition: partition_name,
+            resources,
+            partition: partition.to_string(),
             path,
+            released,
         });
     }
 }
@@ -1340,6 +1374,7 @@ mod tests {
                 resources: Resources::cpu_mem(4, 1024),
                 partition: String::new(),
                 path: 0,
+                released: Vec::new(),
             }]
         );
         let started: Vec<(JobId, &str)> = plan

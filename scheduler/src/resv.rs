@@ -25,9 +25,8 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Catalog;
 use crate::fit::eligible;
 use crate::limits::{self, Charge, LimitRequest, Tally};
-use crate::model::Resources;
 use crate::partition::Partition;
-use crate::pass::{need_on, GangPlacement, Outcome, PendingJob, Placement, Plan, Shape};
+use crate::pass::{need_on, push_start, Outcome, PendingJob, Plan, Shape};
 use crate::pool::Pool;
 use crate::reason::Reason;
 use crate::usage::Usage;
@@ -356,33 +355,6 @@ pub(crate) fn try_reserved<'a>(
                 r.end_ms / 1000
             ),
         ),
-    }
-}
-
-fn push_start(
-    plan: &mut Plan,
-    job: &PendingJob,
-    mut names: Vec<String>,
-    resources: Resources,
-    partition: &str,
-    path: usize,
-) {
-    if names.len() == 1 {
-        plan.starts.push(Placement {
-            job_id: job.id,
-            host: names.pop().unwrap_or_default(),
-            resources,
-            partition: partition.to_string(),
-            path,
-        });
-    } else {
-        plan.gang_starts.push(GangPlacement {
-            job_id: job.id,
-            hosts: names,
-            resources,
-            partition: partition.to_string(),
-            path,
-        });
     }
 }
 

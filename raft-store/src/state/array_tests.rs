@@ -53,6 +53,7 @@ fn plan(s: &mut SmState, ids: &[JobId]) -> (u32, u32) {
             resources: Resources::cpu_mem(1, 0),
             partition: String::new(),
             path: 0,
+            released: Vec::new(),
         })
         .collect();
     match s.apply(

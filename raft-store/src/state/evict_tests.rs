@@ -56,6 +56,7 @@ fn placement(job_id: JobId, host: &str, cpus: u32) -> Placement {
         resources: Resources::cpu_mem(cpus, 0),
         partition: String::new(),
         path: 0,
+        released: Vec::new(),
     }
 }
 

@@ -79,6 +79,7 @@ fn place_at(s: &mut SmState, job_id: JobId, resources: Resources, now_ms: u64) -
                 resources,
                 partition: String::new(),
                 path: 0,
+                released: Vec::new(),
             }],
             evictions: Vec::new(),
             borrowed: Vec::new(),

@@ -51,6 +51,7 @@ fn place(state: &mut SmState, job_id: JobId, host: &str, cpus: u32) -> Response 
                 resources: Resources::cpu_mem(cpus, 0),
                 partition: String::new(),
                 path: 0,
+                released: Vec::new(),
             }],
             evictions: Vec::new(),
             borrowed: Vec::new(),
@@ -507,6 +508,7 @@ fn gpu_jobs_get_distinct_devices_and_policy_limits_are_rechecked() {
             resources: per_host,
             partition: String::new(),
             path: 0,
+            released: Vec::new(),
         })
         .collect();
     let r = s.apply(

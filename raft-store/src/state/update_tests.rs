@@ -110,6 +110,7 @@ fn start(s: &mut SmState, job_id: JobId) {
                 resources: Resources::cpu_mem(1, 0),
                 partition: String::new(),
                 path: 0,
+                released: Vec::new(),
             }],
             evictions: Vec::new(),
             borrowed: Vec::new(),
