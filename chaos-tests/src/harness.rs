@@ -737,6 +737,22 @@ impl LocalCluster {
         panic!("job {job_id} did not reach {what} within {deadline:?}; last seen: {last}");
     }
 
+    /// Starts the cluster as [`LocalCluster::start`] does and waits up to
+    /// `deadline` for its first leader; panics when either fails (a test
+    /// helper).
+    pub async fn start_with_leader(
+        dir: &Path,
+        options: &ClusterOptions,
+        deadline: Duration,
+    ) -> LocalCluster {
+        let cluster = LocalCluster::start(dir, options).expect("start the cluster");
+        cluster
+            .wait_for_leader(deadline)
+            .await
+            .expect("a first leader");
+        cluster
+    }
+
     /// Runs the `berth` CLI with `args` against the cluster and returns
     /// its stdout; panics with its output when it fails (a test helper).
     pub async fn berth_cli(&self, args: &[&str]) -> String {

@@ -23,11 +23,7 @@ async fn a_job_runs_on_its_second_set_when_the_first_can_never_fit() {
         agent_cpus: 4,
         ..ClusterOptions::default()
     };
-    let cluster = LocalCluster::start(tmp.path(), &options).expect("start");
-    cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("first leader");
+    let cluster = LocalCluster::start_with_leader(tmp.path(), &options, LEADER_DEADLINE).await;
     let marker = tmp.path().join("ran");
     let spec = JobSpec {
         name: "alt".into(),
@@ -113,11 +109,7 @@ async fn sbatch_alt_sets_run_and_scontrol_shows_the_chosen_one() {
         agent_cpus: 4,
         ..ClusterOptions::default()
     };
-    let cluster = LocalCluster::start(tmp.path(), &options).expect("start");
-    cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("first leader");
+    let cluster = LocalCluster::start_with_leader(tmp.path(), &options, LEADER_DEADLINE).await;
     // The job's output goes to the test's directory, not the CLI's cwd.
     let workdir = tmp.path().to_str().expect("utf-8 path");
     let out = berth(

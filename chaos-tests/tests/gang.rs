@@ -58,11 +58,7 @@ async fn a_two_host_job_runs_on_both_holds_both_and_frees_both() {
         agent_cpus: 4,
         ..ClusterOptions::default()
     };
-    let cluster = LocalCluster::start(tmp.path(), &options).expect("start");
-    cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("first leader");
+    let cluster = LocalCluster::start_with_leader(tmp.path(), &options, LEADER_DEADLINE).await;
     let dir = tmp.path();
 
     let first = submit_gang(&cluster, dir, "g1").await;

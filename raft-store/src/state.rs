@@ -1363,6 +1363,8 @@ mod gang_tests;
 #[cfg(test)]
 mod spec_rules_tests;
 #[cfg(test)]
+mod test_support;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod update_tests;

@@ -1,28 +1,43 @@
 //! Alternative resource sets: the submit checks and `apply`'s re-check of
 //! the alternative a plan chose.
 
-use berth_scheduler::{Inventory, JobSpec, JobState, Placement, ResourceSet, Resources};
+use berth_scheduler::{Inventory, JobSpec, JobState, ResourceSet, Resources};
 
+use super::test_support::{apply, placement, plan, rejected, started, submit};
 use super::*;
 use crate::command::Command;
 
-fn apply(s: &mut SmState, command: Command) -> Response {
-    let mut dirty = Dirty::default();
-    s.apply(&command, &mut dirty)
+fn register(s: &mut SmState, name: &str, cpus: u32, mem_mb: u64) {
+    super::test_support::register(s, name, Inventory::cpu_mem(cpus, mem_mb));
 }
 
-fn register(s: &mut SmState, name: &str, cpus: u32, mem_mb: u64) {
+/// Applies `job_id` on `host` by `path` with no partition.
+fn place(s: &mut SmState, job_id: u64, host: &str, resources: Resources, path: usize) -> Response {
     apply(
         s,
-        Command::RegisterHost {
-            name: name.into(),
-            inventory: Inventory::cpu_mem(cpus, mem_mb),
-            agent_restarted: false,
-            running_allocs: Vec::new(),
-            now_ms: 1,
-            drain_reason: String::new(),
-        },
-    );
+        plan(
+            vec![placement(job_id, host, resources, "", path)],
+            Vec::new(),
+        ),
+    )
+}
+
+/// How many started of `job_id` on `host` in `partition` by `path`.
+fn placed_in(
+    s: &mut SmState,
+    job_id: u64,
+    host: &str,
+    partition: &str,
+    path: usize,
+    resources: Resources,
+) -> u32 {
+    started(apply(
+        s,
+        plan(
+            vec![placement(job_id, host, resources, partition, path)],
+            Vec::new(),
+        ),
+    ))
 }
 
 fn set(cpus: u32, mem_mb: u64) -> ResourceSet {
@@ -41,45 +56,6 @@ fn spec_with(alternatives: Vec<ResourceSet>) -> JobSpec {
         alternatives,
         ..JobSpec::default()
     }
-}
-
-fn submit(s: &mut SmState, request_id: &str, spec: JobSpec) -> Response {
-    apply(
-        s,
-        Command::SubmitJob {
-            request_id: request_id.into(),
-            spec,
-            now_ms: 10,
-        },
-    )
-}
-
-fn rejected(response: Response) -> String {
-    match response {
-        Response::Rejected { reason } => reason,
-        other => panic!("expected a rejection, got {other:?}"),
-    }
-}
-
-fn plan(s: &mut SmState, job_id: u64, host: &str, resources: Resources, path: usize) -> Response {
-    apply(
-        s,
-        Command::ApplyPlan {
-            gang_starts: Vec::new(),
-            snapshot_index: 0,
-            now_ms: 20,
-            starts: vec![Placement {
-                job_id,
-                host: host.into(),
-                resources,
-                partition: String::new(),
-                path,
-                released: Vec::new(),
-            }],
-            evictions: Vec::new(),
-            borrowed: Vec::new(),
-        },
-    )
 }
 
 #[test]
@@ -143,7 +119,7 @@ fn the_recheck_uses_the_chosen_set_and_records_it() {
     register(&mut s, "h1", 4, 4096);
     submit(&mut s, "r1", spec_with(vec![set(64, 0), set(2, 512)]));
     // The first set's request on a path that names the second: dropped.
-    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(64, 0), 1);
+    let r = place(&mut s, 1, "h1", Resources::cpu_mem(64, 0), 1);
     assert!(
         matches!(
             r,
@@ -156,7 +132,7 @@ fn the_recheck_uses_the_chosen_set_and_records_it() {
         "{r:?}"
     );
     // A path the job does not have: dropped.
-    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(2, 512), 2);
+    let r = place(&mut s, 1, "h1", Resources::cpu_mem(2, 512), 2);
     assert!(
         matches!(
             r,
@@ -169,7 +145,7 @@ fn the_recheck_uses_the_chosen_set_and_records_it() {
         "{r:?}"
     );
     // The job's own request (1 cpu) is not one of its paths any more.
-    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(1, 0), 0);
+    let r = place(&mut s, 1, "h1", Resources::cpu_mem(1, 0), 0);
     assert!(
         matches!(
             r,
@@ -183,7 +159,7 @@ fn the_recheck_uses_the_chosen_set_and_records_it() {
     );
     assert_eq!(s.data.jobs[&1].job.state, JobState::Pending);
     // The second set, named as the second path: placed.
-    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(2, 512), 1);
+    let r = place(&mut s, 1, "h1", Resources::cpu_mem(2, 512), 1);
     assert!(
         matches!(
             r,
@@ -218,7 +194,7 @@ fn the_recheck_refuses_a_host_of_another_kind() {
     submit(&mut s, "r1", spec_with(vec![emu]));
     let mut need = Resources::cpu_mem(1, 0);
     need.emu = 1;
-    let r = plan(&mut s, 1, "h1", need, 0);
+    let r = place(&mut s, 1, "h1", need, 0);
     assert!(
         matches!(
             r,
@@ -237,7 +213,7 @@ fn a_job_without_sets_runs_on_its_own_request_as_path_zero() {
     let mut s = SmState::default();
     register(&mut s, "h1", 4, 4096);
     submit(&mut s, "r1", spec_with(Vec::new()));
-    let r = plan(&mut s, 1, "h1", Resources::cpu_mem(1, 0), 0);
+    let r = place(&mut s, 1, "h1", Resources::cpu_mem(1, 0), 0);
     assert!(
         matches!(r, Response::PlanApplied { started: 1, .. }),
         "{r:?}"
@@ -275,38 +251,6 @@ fn two_partitions(s: &mut SmState) {
             apply(s, Command::SetPolicy { change, now_ms: 2 }),
             Response::PolicySet
         );
-    }
-}
-
-fn placed_in(
-    s: &mut SmState,
-    job_id: u64,
-    host: &str,
-    partition: &str,
-    path: usize,
-    resources: Resources,
-) -> u32 {
-    let response = apply(
-        s,
-        Command::ApplyPlan {
-            gang_starts: Vec::new(),
-            snapshot_index: 0,
-            now_ms: 20,
-            starts: vec![Placement {
-                job_id,
-                host: host.into(),
-                resources,
-                partition: partition.into(),
-                path,
-                released: Vec::new(),
-            }],
-            evictions: Vec::new(),
-            borrowed: Vec::new(),
-        },
-    );
-    match response {
-        Response::PlanApplied { started, .. } => started,
-        other => panic!("{other:?}"),
     }
 }
 

@@ -6,37 +6,20 @@ use berth_scheduler::{
     schedule, GangPlacement, HostState, Inventory, JobSpec, JobState, Policy, Resources,
 };
 
+use super::test_support::{apply, placement, plan, register, submit};
 use super::*;
 use crate::command::Command;
 
-fn apply(s: &mut SmState, command: Command) -> Response {
-    let mut dirty = Dirty::default();
-    s.apply(&command, &mut dirty)
-}
-
-fn register(s: &mut SmState, name: &str, inventory: Inventory) {
-    apply(
-        s,
-        Command::RegisterHost {
-            name: name.into(),
-            inventory,
-            agent_restarted: false,
-            running_allocs: Vec::new(),
-            now_ms: 1,
-            drain_reason: String::new(),
-        },
-    );
-}
-
-fn submit(s: &mut SmState, request_id: &str, spec: JobSpec) -> Response {
-    apply(
-        s,
-        Command::SubmitJob {
-            request_id: request_id.into(),
-            spec,
-            now_ms: 10,
-        },
-    )
+fn apply_gang(s: &mut SmState, job_id: u64, hosts: &[&str], resources: Resources) -> Response {
+    let gang = GangPlacement {
+        job_id,
+        hosts: hosts.iter().map(|h| h.to_string()).collect(),
+        resources,
+        partition: String::new(),
+        path: 0,
+        released: Vec::new(),
+    };
+    apply(s, plan(Vec::new(), vec![gang]))
 }
 
 fn gang_spec(nodes: u32, cpus: u32) -> JobSpec {
@@ -48,27 +31,6 @@ fn gang_spec(nodes: u32, cpus: u32) -> JobSpec {
         time_limit_s: 600,
         ..JobSpec::default()
     }
-}
-
-fn apply_gang(s: &mut SmState, job_id: u64, hosts: &[&str], resources: Resources) -> Response {
-    apply(
-        s,
-        Command::ApplyPlan {
-            snapshot_index: 0,
-            now_ms: 20,
-            starts: Vec::new(),
-            gang_starts: vec![GangPlacement {
-                job_id,
-                hosts: hosts.iter().map(|h| h.to_string()).collect(),
-                resources,
-                partition: String::new(),
-                path: 0,
-                released: Vec::new(),
-            }],
-            evictions: Vec::new(),
-            borrowed: Vec::new(),
-        },
-    )
 }
 
 fn three_hosts() -> SmState {
@@ -102,14 +64,7 @@ fn the_pass_places_a_gang_and_apply_starts_it_on_every_host() {
     assert_eq!(gang.hosts.len(), 2);
     let response = apply(
         &mut s,
-        Command::ApplyPlan {
-            snapshot_index: 0,
-            now_ms: 20,
-            starts: Vec::new(),
-            gang_starts: plan.gang_starts.clone(),
-            evictions: Vec::new(),
-            borrowed: Vec::new(),
-        },
+        super::test_support::plan(Vec::new(), plan.gang_starts.clone()),
     );
     assert_eq!(
         response,
@@ -170,21 +125,10 @@ fn a_gang_starts_on_all_its_hosts_or_on_none() {
     );
     let fill = apply(
         &mut s,
-        Command::ApplyPlan {
-            snapshot_index: 0,
-            now_ms: 15,
-            starts: vec![Placement {
-                job_id: 2,
-                host: "h2".into(),
-                resources: Resources::cpu_mem(8, 0),
-                partition: String::new(),
-                path: 0,
-                released: Vec::new(),
-            }],
-            gang_starts: Vec::new(),
-            evictions: Vec::new(),
-            borrowed: Vec::new(),
-        },
+        super::test_support::plan(
+            vec![placement(2, "h2", Resources::cpu_mem(8, 0), "", 0)],
+            Vec::new(),
+        ),
     );
     assert!(matches!(fill, Response::PlanApplied { started: 1, .. }));
     let response = apply_gang(&mut s, 1, &["h1", "h2"], Resources::cpu_mem(6, 0));
