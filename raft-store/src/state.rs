@@ -201,6 +201,12 @@ pub struct SmState {
     /// Pending jobs with a first claim on room their victims freed
     /// (`Job::room_freed_ms` set).
     room_claims: BTreeSet<JobId>,
+    /// What the submit limits count (unfinished jobs per QOS, account and
+    /// user), kept between submits so that a submit costs O(1) rather
+    /// than a walk of every unfinished job; dropped by any other command
+    /// (see [`SmState::apply`]) and rebuilt by the next submit. Derived
+    /// data: never stored, the same on every node.
+    submit_counts: Option<berth_scheduler::limits::SubmitCounts>,
 }
 
 /// The state shared between openraft's state machine and the node's readers
@@ -383,6 +389,15 @@ impl SmState {
     /// Applies one command. Deterministic: same state and command, same
     /// result, on every node.
     pub fn apply(&mut self, command: &Command, dirty: &mut Dirty) -> Response {
+        // A submit adds its jobs to the counts; a batch's commands decide
+        // one by one; a start report changes no count. Anything else may
+        // end, start, move or re-policy a job: the counts are rebuilt.
+        if !matches!(
+            command,
+            Command::SubmitJob { .. } | Command::Batch { .. } | Command::JobStarted { .. }
+        ) {
+            self.submit_counts = None;
+        }
         match command {
             Command::SubmitJob {
                 request_id,
@@ -522,6 +537,7 @@ impl SmState {
         {
             return Response::Rejected { reason };
         }
+        self.prepare_submit_counts();
         let spec = match self.resolve_submit(spec) {
             Ok(resolved) => resolved,
             Err(reason) => return Response::Rejected { reason },
@@ -538,6 +554,7 @@ impl SmState {
         for spec in &tasks {
             self.make_job(spec, now_ms, dirty);
         }
+        self.count_submitted(&tasks);
         self.remember_request_id(request_id, first_id, dirty);
         Response::Submitted {
             job_id: first_id,
@@ -1362,6 +1379,8 @@ mod evict_tests;
 mod gang_tests;
 #[cfg(test)]
 mod spec_rules_tests;
+#[cfg(test)]
+mod submit_limit_tests;
 #[cfg(test)]
 mod test_support;
 #[cfg(test)]

@@ -118,6 +118,34 @@ impl SmState {
         self.resolve_spec(spec, None)
     }
 
+    /// Builds the counts the submit limits read, when some limit needs
+    /// them and none are kept (see `SmState::submit_counts`).
+    pub(super) fn prepare_submit_counts(&mut self) {
+        let policy = &self.data.policy;
+        if self.submit_counts.is_some() || policy.is_empty() || !policy.has_submit_limits() {
+            return;
+        }
+        let mut snapshot = self.policy_snapshot();
+        let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
+        snapshot.pending = full.pending;
+        snapshot.running = full.running;
+        self.submit_counts = Some(SubmitCounts::new(&snapshot, &Catalog::new(&snapshot)));
+    }
+
+    /// Adds the jobs a submit just made to the kept counts.
+    pub(super) fn count_submitted(&mut self, tasks: &[JobSpec]) {
+        if self.submit_counts.is_none() {
+            return;
+        }
+        let snapshot = self.policy_snapshot();
+        let catalog = Catalog::new(&snapshot);
+        if let Some(counts) = self.submit_counts.as_mut() {
+            for spec in tasks {
+                counts.add(&pending_of(spec), &catalog);
+            }
+        }
+    }
+
     /// [`Self::resolve_submit`] for a spec that replaces job `exclude`'s
     /// (`scontrol update`): that job does not count against its own
     /// submit limits.
@@ -130,8 +158,11 @@ impl SmState {
         if policy.is_empty() {
             return Ok(spec.clone());
         }
+        // A new submit reads the counts kept between submits; an update
+        // (which leaves its own job out) counts afresh.
+        let kept = self.submit_counts.as_ref().filter(|_| exclude.is_none());
         let mut snapshot = self.policy_snapshot();
-        if policy.has_submit_limits() {
+        if policy.has_submit_limits() && kept.is_none() {
             let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
             snapshot.pending = full.pending;
             snapshot.pending.retain(|p| Some(p.id) != exclude);
@@ -139,7 +170,14 @@ impl SmState {
         }
         let catalog = Catalog::new(&snapshot);
         let job = pending_of(spec);
-        let counts = SubmitCounts::new(&snapshot, &catalog);
+        let fresh;
+        let counts = match kept {
+            Some(kept) => kept,
+            None => {
+                fresh = SubmitCounts::new(&snapshot, &catalog);
+                &fresh
+            }
+        };
         // Each task of an array is a job against the submit limits, as in
         // Slurm (a spec whose array text does not parse is refused later);
         // a task already made (an update of one) is one job.
@@ -148,7 +186,7 @@ impl SmState {
         } else {
             berth_scheduler::array::parse(&spec.array).map_or(1, |a| a.indexes.len() as u64)
         };
-        limits::check_submit_jobs(&job, &catalog, &counts, new_jobs).map_err(|e| e.to_string())?;
+        limits::check_submit_jobs(&job, &catalog, counts, new_jobs).map_err(|e| e.to_string())?;
         let mut resolved = spec.clone();
         let account = catalog.account_of(&spec.user, &spec.account);
         if let Some(a) = account {
