@@ -94,7 +94,9 @@ enum Drill {
     },
     /// Run submitters, cancels and QOS edits while injecting faults
     /// (leader and follower kills, a paused leader, a restart of every
-    /// node, agent kills) on a seeded schedule; then check the invariants.
+    /// node, agent kills, a follower replaced by a spare node through a
+    /// membership change, and on 5 nodes two members lost at once) on a
+    /// seeded schedule; then check the invariants.
     /// Exits 1 on any violation.
     Chaos {
         /// Seed of the workload and the fault schedule.

@@ -1,6 +1,7 @@
 //! A short seeded chaos drill on a real 3-node cluster of processes: 20
 //! faults, the first one of each kind (leader kill, follower kill, paused
-//! leader, restart of every node, agent kill), under a workload of retried
+//! leader, restart of every node, agent kill, a follower replaced by the
+//! spare node through a membership change), under a workload of retried
 //! submits, cancels, gets and QOS edits, then every invariant checker (about a
 //! minute). Fault timing
 //! varies from run to run; the invariants must hold for any timing.

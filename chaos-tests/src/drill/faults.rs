@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::checks::AgentOutage;
+use super::membership;
 use super::rng::Rng;
 use crate::harness::{status_of, HarnessError, LocalCluster};
 
@@ -35,6 +36,10 @@ pub enum FaultKind {
     /// kill -9 the leader and as many followers as still leave a
     /// majority (5 nodes: 2 members lost at once).
     KillMinority,
+    /// A membership change under load: the spare node joins as a learner,
+    /// takes a follower's seat, the follower is stopped; then the same
+    /// swap back (`membership`).
+    ReplaceFollower,
 }
 
 impl FaultKind {
@@ -46,6 +51,7 @@ impl FaultKind {
             FaultKind::PauseLeader,
             FaultKind::RestartAll,
             FaultKind::KillAgent,
+            FaultKind::ReplaceFollower,
         ];
         if nodes >= 5 {
             kinds.push(FaultKind::KillMinority);
@@ -84,6 +90,9 @@ pub struct FaultRecord {
     /// Fault → survivors agree on a new leader, for faults that take the
     /// leader away.
     pub failover_ms: Option<u64>,
+    /// ChangeMembership → every running new voter names the new voters
+    /// and the same leader, for membership changes.
+    pub membership_ms: Option<u64>,
     /// Fault → every node caught up again after recovery.
     pub recovered_ms: u64,
 }
@@ -202,6 +211,17 @@ pub async fn wait_recovered(cluster: &LocalCluster, nodes: u64) -> Result<(), Ha
     }
 }
 
+/// Starts every node among the voters `1..=nodes` that is not running,
+/// and no spare: a spare runs only while a membership change has it.
+fn start_stopped_voters(cluster: &mut LocalCluster, nodes: u64) -> Result<(), HarnessError> {
+    for id in 1..=nodes {
+        if cluster.node_pid(id).is_none() {
+            cluster.start_node(id)?;
+        }
+    }
+    Ok(())
+}
+
 /// Where faults are injected: the cluster, its size, and the agents' hosts.
 pub struct Target<'a> {
     pub cluster: &'a mut LocalCluster,
@@ -224,6 +244,7 @@ pub async fn inject(
     let started = Instant::now();
     let at_ms = target.t0.elapsed().as_millis() as u64;
     let mut failover_ms = None;
+    let mut membership_ms = None;
     let mut agent_kill = None;
     let target_text;
     match kind {
@@ -243,7 +264,7 @@ pub async fn inject(
             wait_leader(target.cluster, nodes, &victims).await?;
             failover_ms = Some(started.elapsed().as_millis() as u64);
             tokio::time::sleep(Duration::from_millis(down_ms)).await;
-            target.cluster.start_stopped_nodes()?;
+            start_stopped_voters(target.cluster, nodes)?;
             target_text = format!("nodes {victims:?}");
         }
         FaultKind::KillFollower => {
@@ -272,7 +293,7 @@ pub async fn inject(
         }
         FaultKind::RestartAll => {
             target.cluster.kill_all_nodes()?;
-            target.cluster.start_stopped_nodes()?;
+            start_stopped_voters(target.cluster, nodes)?;
             wait_leader(target.cluster, nodes, &[]).await?;
             failover_ms = Some(started.elapsed().as_millis() as u64);
             target_text = "every node".to_string();
@@ -291,6 +312,22 @@ pub async fn inject(
             });
             target_text = format!("agent of {host} for {down_ms} ms");
         }
+        FaultKind::ReplaceFollower => {
+            let pick = rng.range(0, nodes - 2);
+            let hold = Duration::from_millis(down_ms);
+            match membership::replace_follower(target.cluster, nodes, leader, pick, hold).await {
+                Ok(replaced) => {
+                    membership_ms = Some(replaced.membership_ms);
+                    target_text = replaced.describe();
+                }
+                Err(e) => {
+                    // Whatever shape the cluster was left in, the original
+                    // voters run again, so the final checks can read them.
+                    let _ = start_stopped_voters(target.cluster, nodes);
+                    return Err(e);
+                }
+            }
+        }
     }
     wait_recovered(target.cluster, nodes).await?;
     Ok((
@@ -299,6 +336,7 @@ pub async fn inject(
             at_ms,
             target: target_text,
             failover_ms,
+            membership_ms,
             recovered_ms: started.elapsed().as_millis() as u64,
         },
         agent_kill,
@@ -310,15 +348,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_size_gets_a_membership_change_and_five_nodes_a_double_loss() {
+        use FaultKind::*;
+        let three = vec![
+            KillLeader,
+            KillFollower,
+            PauseLeader,
+            RestartAll,
+            KillAgent,
+            ReplaceFollower,
+        ];
+        assert_eq!(FaultKind::all(3), three);
+        let mut five = three;
+        five.push(KillMinority);
+        assert_eq!(FaultKind::all(5), five);
+    }
+
+    #[test]
     fn schedule_meets_every_kind_first_and_is_seeded() {
         let a = schedule(&mut Rng::new(5), 3, 12);
         let b = schedule(&mut Rng::new(5), 3, 12);
         assert_eq!(a, b);
-        let mut first: Vec<FaultKind> = a[..5].to_vec();
+        let mut first: Vec<FaultKind> = a[..6].to_vec();
         first.sort_by_key(|k| format!("{k:?}"));
         first.dedup();
-        assert_eq!(first.len(), 5);
+        assert_eq!(first.len(), 6);
+        assert!(first.contains(&FaultKind::ReplaceFollower));
         assert!(!a.contains(&FaultKind::KillMinority));
-        assert!(schedule(&mut Rng::new(5), 5, 6).contains(&FaultKind::KillMinority));
+        let five = schedule(&mut Rng::new(5), 5, 7);
+        assert!(five.contains(&FaultKind::KillMinority));
+        assert!(five.contains(&FaultKind::ReplaceFollower));
     }
 }

@@ -14,6 +14,7 @@
 pub mod checks;
 pub mod faults;
 pub mod lincheck;
+pub mod membership;
 pub mod plot;
 mod report;
 pub mod rng;
@@ -51,8 +52,8 @@ pub struct DrillOptions {
     pub seed: u64,
     /// How long faults are injected (the workload runs as long).
     pub seconds: u64,
-    /// Faults injected at least, even past `seconds` (the first five are
-    /// one of each kind).
+    /// Faults injected at least, even past `seconds` (the first ones are
+    /// one of each kind: see `faults::schedule`).
     pub min_faults: usize,
     /// Voters: 3 or 5.
     pub nodes: u64,
@@ -109,6 +110,9 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
         &opts.dir,
         &ClusterOptions {
             nodes: opts.nodes,
+            // One spare for `ReplaceFollower`; it runs only during that
+            // fault.
+            spare_nodes: 1,
             agents: opts.agents,
             agent_cpus: opts.agent_cpus,
             ..ClusterOptions::default()
@@ -119,9 +123,12 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let clock = workload::Clock::start();
+    // Clients know the original members only, as an operator's config
+    // would: a node swapped in is reached through them.
+    let servers: Vec<String> = cluster.servers()[..opts.nodes as usize].to_vec();
     let wl = Arc::new(workload::WorkloadOptions {
         seed: opts.seed,
-        servers: cluster.servers(),
+        servers: servers.clone(),
         markers: markers.clone(),
         max_runtime_ms: opts.max_runtime_ms,
         clock,
@@ -129,7 +136,7 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
     let submitters: Vec<_> = (0..opts.submitters)
         .map(|n| tokio::spawn(workload::submitter(n, wl.clone(), stop.clone())))
         .collect();
-    let monitor = tokio::spawn(workload::monitor_hosts(cluster.servers(), stop.clone()));
+    let monitor = tokio::spawn(workload::monitor_hosts(servers, stop.clone()));
 
     let t0 = Instant::now();
     let mut rng = rng::Rng::fork(opts.seed, 0);
@@ -156,12 +163,13 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
                 Ok((record, kill)) => {
                     // Progress for whoever watches a long drill.
                     eprintln!(
-                        "fault {}: +{} ms {:?} ({}), failover {:?} ms, recovered in {} ms",
+                        "fault {}: +{} ms {:?} ({}), failover {:?} ms, new voters {:?} ms, recovered in {} ms",
                         faults_done.len() + 1,
                         record.at_ms,
                         record.kind,
                         record.target,
                         record.failover_ms,
+                        record.membership_ms,
                         record.recovered_ms
                     );
                     faults_done.push(record);

@@ -139,6 +139,15 @@ impl Report {
     }
 }
 
+/// How many faults of each kind, by the kind's name.
+pub fn faults_by_kind(faults: &[FaultRecord]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for f in faults {
+        *out.entry(format!("{:?}", f.kind)).or_insert(0) += 1;
+    }
+    out
+}
+
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -146,14 +155,26 @@ impl fmt::Display for Report {
             "chaos drill: seed {}, {} nodes, {} agents, {} submitters, workload {:.1} s",
             self.seed, self.nodes, self.agents, self.submitters, self.workload_s
         )?;
-        writeln!(f, "faults injected: {}", self.faults.len())?;
+        let by_kind: Vec<String> = faults_by_kind(&self.faults)
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect();
+        writeln!(
+            f,
+            "faults injected: {} ({})",
+            self.faults.len(),
+            by_kind.join(", ")
+        )?;
         for (n, fault) in self.faults.iter().enumerate() {
             let failover = fault
                 .failover_ms
                 .map_or(String::new(), |ms| format!(", new leader after {ms} ms"));
+            let membership = fault.membership_ms.map_or(String::new(), |ms| {
+                format!(", new voters agreed after {ms} ms")
+            });
             writeln!(
                 f,
-                "  {:>3}. +{:>6} ms {:?} ({}){failover}, recovered after {} ms",
+                "  {:>3}. +{:>6} ms {:?} ({}){failover}{membership}, recovered after {} ms",
                 n + 1,
                 fault.at_ms,
                 fault.kind,
@@ -170,6 +191,18 @@ impl fmt::Display for Report {
                 f,
                 "failover to an agreed leader over {} faults: p50 {p50} ms, p99 {p99} ms, max {max} ms",
                 self.failover_ms.len()
+            )?;
+        }
+        let mut membership: Vec<u64> = self.faults.iter().filter_map(|f| f.membership_ms).collect();
+        membership.sort_unstable();
+        if let (Some(p50), Some(max)) = (
+            super::plot::nearest_rank(&membership, 0.5),
+            membership.last(),
+        ) {
+            writeln!(
+                f,
+                "membership changes to agreed new voters over {} faults: p50 {p50} ms, max {max} ms",
+                membership.len()
             )?;
         }
         writeln!(
@@ -226,5 +259,39 @@ impl fmt::Display for Report {
             }
         }
         write!(f, "result: {}", if self.passed() { "PASS" } else { "FAIL" })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::faults::FaultKind;
+    use super::*;
+
+    fn fault(kind: FaultKind) -> FaultRecord {
+        FaultRecord {
+            kind,
+            at_ms: 0,
+            target: String::new(),
+            failover_ms: None,
+            membership_ms: None,
+            recovered_ms: 0,
+        }
+    }
+
+    #[test]
+    fn faults_are_counted_by_kind() {
+        let faults = [
+            fault(FaultKind::KillLeader),
+            fault(FaultKind::ReplaceFollower),
+            fault(FaultKind::KillLeader),
+        ];
+        let counted = faults_by_kind(&faults);
+        assert_eq!(
+            counted.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("KillLeader".to_string(), 2),
+                ("ReplaceFollower".to_string(), 1)
+            ]
+        );
     }
 }
