@@ -48,6 +48,20 @@ pub fn warn_due_ms(a: &Assignment) -> Option<u64> {
     )
 }
 
+/// The leader's clock minus this host's, from a time the leader stamped
+/// (`leader_now_ms`) and this host's clock when it arrived. The transit
+/// time makes the leader's look a little earlier than it was: a warning
+/// then goes out that much later, never early.
+pub fn clock_offset_ms(leader_now_ms: u64, local_now_ms: u64) -> i64 {
+    let signed = |ms: u64| i64::try_from(ms).unwrap_or(i64::MAX);
+    signed(leader_now_ms).saturating_sub(signed(local_now_ms))
+}
+
+/// This host's clock moved onto the leader's by `offset_ms`.
+pub fn leader_clock_ms(local_now_ms: u64, offset_ms: i64) -> u64 {
+    local_now_ms.saturating_add_signed(offset_ms)
+}
+
 /// What one allocation has been sent, and its next warning.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SignalState {
@@ -272,6 +286,26 @@ mod tests {
         // No signal, or no limit: never.
         assert_eq!(warn_due_ms(&assignment(600, 0, 0, false)), None);
         assert_eq!(warn_due_ms(&assignment(0, 10, 60, false)), None);
+    }
+
+    #[test]
+    fn a_host_clock_behind_the_leaders_still_sends_the_warning_on_time() {
+        let a = assignment(600, 10, 60, false);
+        // This host's clock runs 5 s behind the leader's.
+        let offset = clock_offset_ms(START_MS + 1_000, START_MS - 4_000);
+        assert_eq!(offset, 5_000);
+        let mut s = SignalState::new();
+        // At the leader's due time the host's own clock reads 5 s short:
+        // by its own clock nothing would be sent yet.
+        let local = START_MS + 540_000 - 5_000;
+        assert!(s.clone().poll(Some(&a), local).is_empty());
+        assert_eq!(s.poll(Some(&a), leader_clock_ms(local, offset)).len(), 1);
+        // A clock ahead moves the other way.
+        assert_eq!(
+            leader_clock_ms(START_MS, clock_offset_ms(10, 20)),
+            START_MS - 10
+        );
+        assert_eq!(leader_clock_ms(5, -10), 0);
     }
 
     #[test]

@@ -168,6 +168,7 @@ mod tests {
 
     fn set(allocs: &[(u64, u64)]) -> AssignmentSet {
         AssignmentSet {
+            leader_now_ms: 0,
             applied_index: 1,
             assignments: allocs.iter().map(|&(j, a)| assignment(j, a)).collect(),
             stopping: Vec::new(),

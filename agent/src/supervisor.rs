@@ -91,6 +91,10 @@ pub struct Supervisor {
     /// The state directory has been read (once per agent process).
     recovered: bool,
     desired: Option<AssignmentSet>,
+    /// The leader's wall clock minus this host's, as the last assignment
+    /// set showed it (0 until one does): `--signal` warnings are due by
+    /// the leader's clock, which placed the job and enforces its limit.
+    leader_offset_ms: i64,
     outbox: Outbox,
     events_tx: mpsc::Sender<JobEvent>,
     events_rx: mpsc::Receiver<JobEvent>,
@@ -116,6 +120,7 @@ impl Supervisor {
             reported_unstarted: std::collections::BTreeSet::new(),
             recovered: false,
             desired: None,
+            leader_offset_ms: 0,
             outbox,
             events_tx,
             events_rx,
@@ -146,6 +151,10 @@ impl Supervisor {
                     }
                     let set = inputs.desired_rx.borrow_and_update().clone();
                     if let Some(set) = &set {
+                        if set.leader_now_ms > 0 {
+                            self.leader_offset_ms =
+                                jobsignal::clock_offset_ms(set.leader_now_ms, wall_clock_ms());
+                        }
                         tracing::debug!(
                             applied_index = set.applied_index,
                             assignments = set.assignments.len(),
@@ -408,7 +417,7 @@ impl Supervisor {
     /// yet) or being stopped gets nothing now; a launching one gets them
     /// once it has started.
     fn send_signals(&mut self) {
-        let now_ms = wall_clock_ms();
+        let now_ms = jobsignal::leader_clock_ms(wall_clock_ms(), self.leader_offset_ms);
         let via_shim = self.ctx.shim.is_some();
         let desired: BTreeMap<u64, &Assignment> = self
             .desired
@@ -457,9 +466,8 @@ impl Supervisor {
             .filter(|e| matches!(e.state, LocalState::Running { .. }))
             .filter_map(|e| e.signals.next_due_ms())
             .min()?;
-        let wait_ms = due_ms
-            .saturating_sub(wall_clock_ms())
-            .min(SIGNAL_RECHECK_MAX_MS);
+        let now_ms = jobsignal::leader_clock_ms(wall_clock_ms(), self.leader_offset_ms);
+        let wait_ms = due_ms.saturating_sub(now_ms).min(SIGNAL_RECHECK_MAX_MS);
         Some(Duration::from_millis(wait_ms))
     }
 

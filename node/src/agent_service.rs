@@ -236,7 +236,9 @@ impl AgentService for AgentServiceImpl {
 /// What should run on `host`, read from the applied (so committed) state.
 fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
     let default_grace_s = node.config.agents.stop_grace_s;
+    let leader_now_ms = crate::node::now_ms();
     node.read(|s| AssignmentSet {
+        leader_now_ms,
         applied_index: s.applied_index(),
         assignments: s
             .assignments_for(host)
