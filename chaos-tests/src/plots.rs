@@ -123,29 +123,28 @@ pub fn pass_grid_svg(grid: &PassGrid, title: &str) -> Result<String, PlotError> 
                 .draw_series(points.into_iter().map(|p| Circle::new(p, 3, c.filled())))
                 .map_err(draw_error)?;
         }
-        for (i, &(pending, hosts, limit_ms)) in TARGETS.iter().enumerate() {
-            let label = format!(
-                "target {}k × {}k ≤ {limit_ms} ms",
-                pending / 1_000,
-                hosts / 1_000
-            );
-            let series = chart
-                .draw_series(std::iter::once(
-                    EmptyElement::at((pending as f64, limit_ms))
-                        + Cross::new((0, 0), 6, TARGET_COLOUR.stroke_width(2))
-                        + Text::new(
-                            label.clone(),
-                            (-150, 10),
-                            ("sans-serif", 13).into_font().color(&TARGET_COLOUR),
-                        ),
+        // Each target is a cross in its host count's colour (red when that
+        // count is not in the grid), named in the legend: a label beside
+        // the cross would cross the lines drawn near it.
+        for &(pending, hosts, limit_ms) in &TARGETS {
+            let c = grid
+                .hosts
+                .iter()
+                .position(|&h| h == hosts)
+                .map_or(TARGET_COLOUR, colour);
+            chart
+                .draw_series(std::iter::once(Cross::new(
+                    (pending as f64, limit_ms),
+                    7,
+                    c.stroke_width(3),
+                )))
+                .map_err(draw_error)?
+                .label(format!(
+                    "target: {}k pending × {}k hosts, p50 ≤ {limit_ms} ms",
+                    pending / 1_000,
+                    hosts / 1_000
                 ))
-                .map_err(draw_error)?;
-            // One legend entry for both targets.
-            if i == 0 {
-                series
-                    .label("targets (p50 at most)")
-                    .legend(|(x, y)| Cross::new((x + 10, y), 5, TARGET_COLOUR.stroke_width(2)));
-            }
+                .legend(move |(x, y)| Cross::new((x + 10, y), 5, c.stroke_width(2)));
         }
         draw_legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().map_err(draw_error)?;
@@ -322,9 +321,8 @@ mod tests {
             "pass cost",
             "1,000 hosts",
             "10,000 hosts",
-            "targets (p50 at most)",
-            "target 10k × 1k ≤ 15 ms",
-            "target 100k × 10k ≤ 250 ms",
+            "target: 10k pending × 1k hosts, p50 ≤ 15 ms",
+            "target: 100k pending × 10k hosts, p50 ≤ 250 ms",
             "pending jobs",
             "pass p50, ms (wall)",
         ] {
