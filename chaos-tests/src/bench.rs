@@ -459,7 +459,7 @@ where
 }
 
 /// The 1-minute load average, for the record next to the figures.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))
@@ -471,7 +471,9 @@ async fn berth_leader(cluster: &LocalCluster) -> anyhow::Result<u64> {
     Ok(cluster.wait_for_leader(LEADER_DEADLINE).await?)
 }
 
-pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<()> {
+/// Runs the benchmark and prints each level; returns each level's JSON
+/// object (the line printed after its row), for `--json` and `--plot`.
+pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<Vec<serde_json::Value>> {
     anyhow::ensure!(!options.clients.is_empty(), "--clients names no level");
     anyhow::ensure!(
         options
@@ -549,6 +551,7 @@ pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<()> {
     let measure = Duration::from_secs(options.seconds);
     let spec = berth_node::convert::spec_to_proto(&bench_spec());
     let value = vec![b'x'; value_bytes];
+    let mut results = Vec::with_capacity(options.clients.len());
     for (level, &clients) in options.clients.iter().enumerate() {
         let load_before = load_average();
         let conns = berth_clients.clone();
@@ -608,9 +611,7 @@ pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<()> {
                 println!("  {system}: {} errors, first: {e}", r.errors);
             }
         }
-        println!(
-            "{}",
-            serde_json::json!({
+        let result = serde_json::json!({
                 "bench": "raft-writes",
                 "clients": clients,
                 "seconds": options.seconds,
@@ -621,13 +622,20 @@ pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<()> {
                 "etcd": etcd_result.json(),
                 "ratio_ops": round2(ratio),
                 "load_avg_1m_before": load_before,
-            })
-        );
+        });
+        println!("{result}");
+        results.push(result);
     }
     // Stop etcd first (SIGKILL by PID), then Berth (the harness's Drop).
     drop(etcd);
     drop(berth);
-    Ok(())
+    Ok(results)
+}
+
+/// What `bench raft-writes --json` writes: every level's object under
+/// `levels`.
+pub fn raft_writes_json(levels: Vec<serde_json::Value>) -> serde_json::Value {
+    serde_json::json!({ "bench": "raft-writes", "levels": levels })
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 pub mod bench;
 pub mod drill;
 pub mod harness;
+pub mod pass_grid;
+pub mod plots;
 pub mod simulated_hosts;
 pub mod slurm_peer;
 pub mod snapshot_transfer;

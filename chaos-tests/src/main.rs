@@ -21,6 +21,9 @@
 //! and their latency on a 3-node cluster next to a 3-member etcd (see
 //! `bench`).
 //!
+//! `berth-drill bench pass-grid` times the scheduling pass over a grid of
+//! pending jobs × hosts, and can plot it (see `pass_grid`, `plots`).
+//!
 //! `berth-drill bench sbatch` runs parallel `sbatch -H --wrap true`
 //! processes against a single-host slurmctld and against a 3-node Berth
 //! through its `sbatch` symlink, alternating; `bench sbatch-durability`
@@ -164,6 +167,42 @@ enum Bench {
         /// Directory for both clusters' data and logs (default: a temp dir).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// Also write every level's results as JSON to this file.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Also draw submits/s and puts/s against clients to this SVG file.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
+        /// Measure nothing: read an earlier run's --json file and draw
+        /// --plot from it.
+        #[arg(long, requires = "plot")]
+        from_json: Option<std::path::PathBuf>,
+    },
+    /// Cost of one scheduling pass over a grid of pending jobs × hosts:
+    /// each cell the p50 of N passes on `berth sim bench-pass`'s state
+    /// (seed 1). Prints the table (rows pending, columns hosts, ms) with
+    /// the growth along each row and column.
+    PassGrid {
+        /// Pending jobs, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,30000,100000")]
+        pending: Vec<usize>,
+        /// Hosts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,3000,10000")]
+        hosts: Vec<usize>,
+        /// Passes per cell.
+        #[arg(long, default_value_t = 10)]
+        passes: usize,
+        /// Also write the grid as JSON to this file.
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+        /// Also draw p50 against pending jobs, a line per host count
+        /// (log-log, the targets marked), to this SVG file.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
+        /// Measure nothing: read an earlier run's --json file, print its
+        /// table and draw --plot from it.
+        #[arg(long)]
+        from_json: Option<std::path::PathBuf>,
     },
     /// Held submits/s through `sbatch` processes: a single-host slurmctld
     /// vs a 3-node Berth (its `sbatch` symlink), alternating.
@@ -204,6 +243,21 @@ enum Bench {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+}
+
+fn write_file(path: &std::path::Path, contents: impl AsRef<[u8]>) -> anyhow::Result<()> {
+    std::fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
+}
+
+fn write_json(path: &std::path::Path, value: &serde_json::Value) -> anyhow::Result<()> {
+    let mut text = serde_json::to_vec_pretty(value)?;
+    text.push(b'\n');
+    write_file(path, text)
+}
+
+fn read_json(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 /// Longest the drill waits for any leader before it gives up.
@@ -348,17 +402,88 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                     to,
                     berth_only,
                     dir,
+                    json,
+                    plot,
+                    from_json,
                 },
-        } => berth_chaos::bench::raft_writes(&berth_chaos::bench::BenchOptions {
-            clients,
-            seconds,
-            warmup_seconds,
-            target: to,
-            dir,
-            berth_only,
-        })
-        .await
-        .map(|()| true),
+        } => {
+            let results = match from_json {
+                Some(path) => read_json(&path)?,
+                None => {
+                    let levels =
+                        berth_chaos::bench::raft_writes(&berth_chaos::bench::BenchOptions {
+                            clients,
+                            seconds,
+                            warmup_seconds,
+                            target: to,
+                            dir,
+                            berth_only,
+                        })
+                        .await?;
+                    berth_chaos::bench::raft_writes_json(levels)
+                }
+            };
+            if let Some(path) = json {
+                write_json(&path, &results)?;
+            }
+            if let Some(path) = plot {
+                let levels = berth_chaos::plots::raft_writes_levels(&results)?;
+                let title = "berth-drill bench raft-writes: 3-node Berth vs 3-member etcd";
+                write_file(&path, berth_chaos::plots::raft_writes_svg(&levels, title)?)?;
+            }
+            Ok(true)
+        }
+        Drill::Bench {
+            bench:
+                Bench::PassGrid {
+                    pending,
+                    hosts,
+                    passes,
+                    json,
+                    plot,
+                    from_json,
+                },
+        } => {
+            let grid: berth_chaos::pass_grid::PassGrid = match from_json {
+                Some(path) => serde_json::from_value(read_json(&path)?)
+                    .with_context(|| format!("reading a pass grid from {}", path.display()))?,
+                None => {
+                    let options = berth_chaos::pass_grid::GridOptions {
+                        pending,
+                        hosts,
+                        passes,
+                    };
+                    // Minutes of CPU at the large cells: off the async
+                    // workers, though nothing else runs meanwhile.
+                    tokio::task::spawn_blocking(move || {
+                        berth_chaos::pass_grid::run(&options, |cell| {
+                            println!(
+                                "pass-grid: {} pending × {} hosts: p50 {:.3} ms, max {:.3} ms, cpu mean {} ms, {} started",
+                                cell.pending,
+                                cell.hosts,
+                                cell.pass_ms_p50,
+                                cell.pass_ms_max,
+                                cell.cpu_ms_mean.map_or("?".into(), |ms| format!("{ms:.3}")),
+                                cell.started_per_pass
+                            );
+                        })
+                    })
+                    .await??
+                }
+            };
+            print!("{}", grid.table());
+            if let Some(path) = json {
+                write_json(&path, &grid.to_json())?;
+            }
+            if let Some(path) = plot {
+                let title = format!(
+                    "Scheduling pass cost: p50 of {} passes (berth-drill bench pass-grid)",
+                    grid.passes
+                );
+                write_file(&path, berth_chaos::plots::pass_grid_svg(&grid, &title)?)?;
+            }
+            Ok(true)
+        }
         Drill::Bench {
             bench:
                 Bench::Sbatch {
