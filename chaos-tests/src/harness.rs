@@ -312,10 +312,16 @@ impl LocalCluster {
         let (out, err) = self.log_file(&format!("node-{id}.log"))?;
         let berthd = self.berthd.clone();
         let node = self.node_mut(id)?;
-        let child = command(&berthd)
-            // berthd reads BERTH_* variables as config keys and refuses
-            // unknown ones: the harness's own BERTH_BIN_DIR is not one.
-            .env_remove("BERTH_BIN_DIR")
+        let mut cmd = command(&berthd);
+        // berthd reads BERTH_* variables as config keys and refuses unknown
+        // ones; the harness's caller sets its own (BERTH_BIN_DIR,
+        // BERTH_ETCD, ...), and a node's config is its file alone.
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("BERTH_") {
+                cmd.env_remove(name);
+            }
+        }
+        let child = cmd
             .arg("--config")
             .arg(&node.config_path)
             .stdin(Stdio::null())
