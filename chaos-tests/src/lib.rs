@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod drill;
+pub mod failover;
 pub mod harness;
 pub mod pass_grid;
 pub mod plots;

@@ -2,8 +2,9 @@
 //!
 //! `berth-drill failover` starts a local 3-node cluster (processes on
 //! loopback), then repeatedly kills the leader with SIGKILL, measures the
-//! time until the survivors agree on a new leader, and restarts the killed
-//! node. It prints each round and the distribution.
+//! time until the survivors agree on a new leader and until that leader's
+//! first scheduling pass, and restarts the killed node. It prints each
+//! round and both distributions (`failover`).
 //!
 //! `berth-drill snapshot-transfer --jobs N` restores an N-job state on node
 //! 1, adds an empty node 2 as a learner and checks that the chunked Raft
@@ -31,10 +32,9 @@
 //! and counts lost jobs and reused ids (see `slurm_peer`).
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
-use berth_chaos::harness::{ClusterOptions, LocalCluster};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -260,9 +260,6 @@ fn read_json(path: &std::path::Path) -> anyhow::Result<serde_json::Value> {
     serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
-/// Longest the drill waits for any leader before it gives up.
-const LEADER_DEADLINE: Duration = Duration::from_secs(30);
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -351,7 +348,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             }
             Ok(report.passed())
         }
-        Drill::Failover { rounds, dir } => failover(rounds, dir).await.map(|()| true),
+        Drill::Failover { rounds, dir } => {
+            berth_chaos::failover::run(rounds, dir).await.map(|_| true)
+        }
         Drill::SnapshotTransfer {
             jobs,
             catch_up_deadline_s,
@@ -523,37 +522,4 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         .await
         .map(|()| true),
     }
-}
-
-async fn failover(rounds: u32, dir: Option<std::path::PathBuf>) -> anyhow::Result<()> {
-    let tmp = tempfile::tempdir()?;
-    let dir = dir.unwrap_or_else(|| tmp.path().to_path_buf());
-    let options = ClusterOptions {
-        agents: 0,
-        ..ClusterOptions::default()
-    };
-    let mut cluster = LocalCluster::start(&dir, &options).context("starting the cluster")?;
-    let mut samples_ms = Vec::new();
-    for round in 1..=rounds {
-        // Start each round from a steady state: every node caught up, as a
-        // cluster in service would be.
-        cluster.wait_for_leader(LEADER_DEADLINE).await?;
-        let leader = cluster.wait_caught_up(LEADER_DEADLINE).await?;
-        let killed_at = Instant::now();
-        cluster.kill_node(leader)?;
-        let new_leader = cluster.wait_for_leader(LEADER_DEADLINE).await?;
-        let ms = killed_at.elapsed().as_secs_f64() * 1000.0;
-        println!("round {round}: killed node {leader}, node {new_leader} leads after {ms:.0} ms");
-        samples_ms.push(ms);
-        cluster.start_stopped_nodes()?;
-    }
-    samples_ms.sort_by(f64::total_cmp);
-    if let (Some(min), Some(max)) = (samples_ms.first(), samples_ms.last()) {
-        let p50 = samples_ms[samples_ms.len() / 2];
-        println!(
-            "failover to agreed leader over {} rounds: min {min:.0} ms, p50 {p50:.0} ms, max {max:.0} ms",
-            samples_ms.len()
-        );
-    }
-    Ok(())
 }

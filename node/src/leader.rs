@@ -127,7 +127,8 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
             let m = node.raft.metrics().borrow().clone();
             (m.state == openraft::ServerState::Leader, m.current_term)
         };
-        if is_leader && led_term != Some(term) {
+        let first_of_term = is_leader && led_term != Some(term);
+        if first_of_term {
             node.liveness.rearm(Instant::now());
             tracing::info!(
                 node = node.id,
@@ -144,7 +145,7 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
             let started = Instant::now();
             fail_silent_hosts(&node).await;
             enforce_time_limits(&node).await;
-            run_pass(&node, &policy).await;
+            run_pass(&node, &policy, first_of_term).await;
             tokio::select! {
                 _ = tokio::time::sleep(started.elapsed() * PASS_REST_FACTOR) => {}
                 _ = shutdown.changed() => return,
@@ -288,7 +289,9 @@ fn note_multipath_since(since: &mut BTreeMap<JobId, MultipathHeld>, plan: &Plan,
 
 /// One pass: snapshot → schedule → propose the plan as one entry stamped
 /// with the snapshot's applied index. `apply` re-checks every placement.
-async fn run_pass(node: &Node, policy: &Policy) {
+/// `first_of_term`: the first pass since this node became leader, whose
+/// start time is exported (failover is measured up to it).
+async fn run_pass(node: &Node, policy: &Policy, first_of_term: bool) {
     let started = Instant::now();
     let (mut snapshot, snapshot_index) = node.read(|state| {
         (
@@ -297,6 +300,10 @@ async fn run_pass(node: &Node, policy: &Policy) {
         )
     });
     let pass_ms = now_ms();
+    if first_of_term {
+        metrics::gauge!(crate::metrics::LEADER_FIRST_PASS_TIMESTAMP_SECONDS)
+            .set(pass_ms as f64 / 1000.0);
+    }
     // The snapshot copies every pending job; free it before the plan is
     // proposed rather than after the commit.
     let mut plan = {
@@ -311,6 +318,7 @@ async fn run_pass(node: &Node, policy: &Policy) {
     };
     drop(snapshot);
     metrics::histogram!(crate::metrics::PASS_SECONDS).record(started.elapsed().as_secs_f64());
+    metrics::gauge!(crate::metrics::LAST_PASS_TIMESTAMP_SECONDS).set(pass_ms as f64 / 1000.0);
     crate::metrics::record_plan(&plan, pass_ms);
     *node.last_pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(crate::ui::track::LastPass {
         at_ms: pass_ms,

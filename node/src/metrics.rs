@@ -19,6 +19,14 @@ use crate::node::Node;
 
 /// Names of the metrics recorded outside this module.
 pub const PASS_SECONDS: &str = "berth_scheduler_pass_seconds";
+/// When this node's last pass started (Unix seconds, millisecond
+/// precision): how long after a leader change the new leader first
+/// scheduled (`berth-drill failover` reads it).
+pub const LAST_PASS_TIMESTAMP_SECONDS: &str = "berth_scheduler_last_pass_timestamp_seconds";
+/// When this node's first pass since it last became leader started (Unix
+/// seconds): a leader change's cost ends there.
+pub const LEADER_FIRST_PASS_TIMESTAMP_SECONDS: &str =
+    "berth_scheduler_leader_first_pass_timestamp_seconds";
 pub const PLACEMENTS_TOTAL: &str = "berth_scheduler_placements_total";
 pub const PLACEMENTS_DROPPED_TOTAL: &str = "berth_scheduler_placements_dropped_total";
 pub const LEADER_CHANGES_TOTAL: &str = "berth_raft_leader_changes_total";
