@@ -11,8 +11,9 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use berth_scheduler::schedule;
-use berth_scheduler::sim::bench::{bench_policy, bench_snapshot, BenchReport, BENCH_NOW_MS};
+use berth_scheduler::sim::bench::{
+    bench_policy, bench_snapshot, time_passes, BenchReport, PassClock,
+};
 use serde::{Deserialize, Serialize};
 
 /// The seed of every cell's state: the one `berth sim bench-pass` uses.
@@ -126,30 +127,37 @@ fn round2(x: f64) -> f64 {
     (x * 1e2).round() / 1e2
 }
 
-/// Nanoseconds this thread has spent on a CPU (Linux `schedstat`).
-fn thread_cpu_ns() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    text.split_whitespace().next()?.parse().ok()
+/// Wall time, and this thread's CPU time from Linux `schedstat`.
+struct Clocks(Instant);
+
+impl PassClock for Clocks {
+    fn wall_ms(&mut self) -> f64 {
+        self.0.elapsed().as_secs_f64() * 1e3
+    }
+
+    fn cpu_ms(&mut self) -> Option<f64> {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+        Some(ns as f64 / 1e6)
+    }
 }
 
 /// Builds the state and times `passes` passes on it.
 pub fn measure_cell(pending: usize, hosts: usize, passes: usize) -> Cell {
     let snapshot = bench_snapshot(pending, hosts, SEED);
-    let policy = bench_policy();
-    let mut wall_ms = Vec::with_capacity(passes);
-    let mut cpu_ms = Vec::with_capacity(passes);
-    let mut started = 0;
-    for _ in 0..passes {
-        let cpu_before = thread_cpu_ns();
-        let clock = Instant::now();
-        let plan = schedule(&snapshot, &policy, BENCH_NOW_MS);
-        wall_ms.push(clock.elapsed().as_secs_f64() * 1e3);
-        if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
-            cpu_ms.push(b.saturating_sub(a) as f64 / 1e6);
-        }
-        started = plan.starts.len() + plan.gang_starts.len();
-    }
-    Cell::new(pending, hosts, &wall_ms, &cpu_ms, started)
+    let times = time_passes(
+        &snapshot,
+        &bench_policy(),
+        passes,
+        &mut Clocks(Instant::now()),
+    );
+    Cell::new(
+        pending,
+        hosts,
+        &times.wall_ms,
+        &times.cpu_ms,
+        times.started_per_pass,
+    )
 }
 
 /// The grid's results, as `--json` writes them (with `growth` added).

@@ -11,7 +11,9 @@
 use std::time::Instant;
 
 use berth_scheduler::schedule;
-use berth_scheduler::sim::bench::{bench_policy, bench_snapshot, BENCH_NOW_MS};
+use berth_scheduler::sim::bench::{
+    bench_policy, bench_snapshot, time_passes, PassClock, BENCH_NOW_MS,
+};
 use berth_scheduler::sim::swf::{run_swf, summary_line, SwfOptions};
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
@@ -20,12 +22,21 @@ fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
         .unwrap_or_else(|| panic!("argument {i}: expected {what}"))
 }
 
-/// Nanoseconds this thread has spent on a CPU (Linux `schedstat`): unlike
+/// Wall time, and this thread's CPU time from Linux `schedstat`: unlike
 /// wall time it does not count time spent waiting for a CPU, so it stays
 /// meaningful on a loaded machine.
-fn thread_cpu_ns() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    text.split_whitespace().next()?.parse().ok()
+struct Clocks(Instant);
+
+impl PassClock for Clocks {
+    fn wall_ms(&mut self) -> f64 {
+        self.0.elapsed().as_secs_f64() * 1e3
+    }
+
+    fn cpu_ms(&mut self) -> Option<f64> {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+        Some(ns as f64 / 1e6)
+    }
 }
 
 fn main() {
@@ -54,19 +65,9 @@ fn main() {
             let passes: usize = args.get(4).map_or(10, |_| arg(&args, 4, "passes"));
             let snapshot = bench_snapshot(pending, hosts, 1);
             let policy = bench_policy();
-            let mut times_ms = Vec::new();
-            let mut cpu_ms = Vec::new();
-            let mut started_n = 0;
-            for _ in 0..passes {
-                let cpu_before = thread_cpu_ns();
-                let started = Instant::now();
-                let plan = schedule(&snapshot, &policy, BENCH_NOW_MS);
-                times_ms.push(started.elapsed().as_secs_f64() * 1e3);
-                if let (Some(a), Some(b)) = (cpu_before, thread_cpu_ns()) {
-                    cpu_ms.push(b.saturating_sub(a) as f64 / 1e6);
-                }
-                started_n = plan.starts.len() + plan.gang_starts.len();
-            }
+            let times = time_passes(&snapshot, &policy, passes, &mut Clocks(Instant::now()));
+            let (mut times_ms, cpu_ms) = (times.wall_ms, times.cpu_ms);
+            let started_n = times.started_per_pass;
             times_ms.sort_by(f64::total_cmp);
             // The kernel brings schedstat up to date at ticks and switches,
             // so single passes read coarsely; the mean over many does not.

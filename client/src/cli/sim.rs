@@ -4,8 +4,9 @@
 
 use super::output;
 use anyhow::{bail, Context as _, Result};
-use berth_scheduler::schedule;
-use berth_scheduler::sim::bench::{bench_policy, bench_snapshot, BenchReport, BENCH_NOW_MS};
+use berth_scheduler::sim::bench::{
+    bench_policy, bench_snapshot, time_passes, BenchReport, PassClock,
+};
 use berth_scheduler::sim::farm::{run_farm, FarmConfig};
 use berth_scheduler::sim::plot::timeline_svg;
 use berth_scheduler::sim::run_scenario;
@@ -143,15 +144,13 @@ pub fn run(command: SimCommand) -> Result<ExitCode> {
             }
             let snapshot = bench_snapshot(args.pending, args.hosts, args.seed);
             let policy = bench_policy();
-            let mut pass_ms = Vec::with_capacity(args.passes);
-            let mut started_per_pass = 0;
-            for _ in 0..args.passes {
-                let started = Instant::now();
-                let plan = schedule(&snapshot, &policy, BENCH_NOW_MS);
-                pass_ms.push(started.elapsed().as_secs_f64() * 1e3);
-                started_per_pass = plan.starts.len() + plan.gang_starts.len();
-            }
-            let report = BenchReport::new(args.pending, args.hosts, &pass_ms, started_per_pass);
+            let times = time_passes(&snapshot, &policy, args.passes, &mut WallClock::new());
+            let report = BenchReport::new(
+                args.pending,
+                args.hosts,
+                &times.wall_ms,
+                times.started_per_pass,
+            );
             output::emit(&format!("{}\n", serde_json::to_string(&report)?))?;
         }
         SimCommand::Farm(args) => {
@@ -257,6 +256,21 @@ fn decode(bytes: &[u8]) -> Result<String> {
     };
     String::from_utf8(raw)
         .map_err(|e| anyhow::anyhow!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
+}
+
+/// Wall time for `bench-pass` (the scheduler reads no clock itself).
+struct WallClock(Instant);
+
+impl WallClock {
+    fn new() -> WallClock {
+        WallClock(Instant::now())
+    }
+}
+
+impl PassClock for WallClock {
+    fn wall_ms(&mut self) -> f64 {
+        self.0.elapsed().as_secs_f64() * 1e3
+    }
 }
 
 #[cfg(test)]

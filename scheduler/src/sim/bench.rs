@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::assoc::{Account, UserRecord};
 use crate::model::{Host, HostState, Inventory, Resources};
 use crate::partition::Partition;
-use crate::pass::{PendingJob, Policy, PriorityWeights, RunningJob, Shape, Snapshot};
+use crate::pass::{schedule, PendingJob, Policy, PriorityWeights, RunningJob, Shape, Snapshot};
 use crate::qos::{Qos, TresKind};
 use crate::usage::UsageRecord;
 
@@ -427,6 +427,56 @@ pub fn bench_policy() -> Policy {
     }
 }
 
+/// The clocks read around each timed pass. The library reads none (its
+/// passes take time as an argument): the caller brings them.
+pub trait PassClock {
+    /// A monotonic time in ms.
+    fn wall_ms(&mut self) -> f64;
+    /// This thread's CPU time in ms, where the caller can read it: unlike
+    /// wall time it does not count waiting for a CPU on a loaded machine.
+    fn cpu_ms(&mut self) -> Option<f64> {
+        None
+    }
+}
+
+/// What [`time_passes`] measured, pass by pass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PassTimes {
+    pub wall_ms: Vec<f64>,
+    /// Empty where the clock has no CPU time.
+    pub cpu_ms: Vec<f64>,
+    /// Jobs the last pass started (one-host and gangs).
+    pub started_per_pass: usize,
+}
+
+/// Runs `passes` passes of `schedule` on `snapshot` at [`BENCH_NOW_MS`],
+/// reading `clock` before and after each: the one timed loop behind
+/// `berth sim bench-pass`, `berth-drill bench pass-grid` and the
+/// `sim_profile` example.
+pub fn time_passes(
+    snapshot: &Snapshot,
+    policy: &Policy,
+    passes: usize,
+    clock: &mut impl PassClock,
+) -> PassTimes {
+    let mut times = PassTimes {
+        wall_ms: Vec::with_capacity(passes),
+        cpu_ms: Vec::with_capacity(passes),
+        started_per_pass: 0,
+    };
+    for _ in 0..passes {
+        let cpu_before = clock.cpu_ms();
+        let wall_before = clock.wall_ms();
+        let plan = schedule(snapshot, policy, BENCH_NOW_MS);
+        times.wall_ms.push(clock.wall_ms() - wall_before);
+        if let (Some(a), Some(b)) = (cpu_before, clock.cpu_ms()) {
+            times.cpu_ms.push((b - a).max(0.0));
+        }
+        times.started_per_pass = plan.starts.len() + plan.gang_starts.len();
+    }
+    times
+}
+
 /// `berth sim bench-pass`'s line.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
@@ -507,6 +557,37 @@ mod tests {
             plan.reasons.values().map(|r| r.code()).collect::<Vec<_>>()
         );
         assert!(plan.starts.iter().any(|p| p.partition == "gpu"));
+    }
+
+    /// A clock whose wall time moves 2 ms and CPU time 1 ms per reading.
+    #[derive(Default)]
+    struct Ticks {
+        wall: f64,
+        cpu: f64,
+    }
+
+    impl PassClock for Ticks {
+        fn wall_ms(&mut self) -> f64 {
+            self.wall += 2.0;
+            self.wall
+        }
+        fn cpu_ms(&mut self) -> Option<f64> {
+            self.cpu += 1.0;
+            Some(self.cpu)
+        }
+    }
+
+    #[test]
+    fn passes_are_timed_between_two_readings_of_the_callers_clock() {
+        let s = bench_snapshot(200, 20, 1);
+        let times = time_passes(&s, &bench_policy(), 3, &mut Ticks::default());
+        assert_eq!(times.wall_ms, [2.0, 2.0, 2.0]);
+        assert_eq!(times.cpu_ms, [1.0, 1.0, 1.0]);
+        let plan = schedule(&s, &bench_policy(), BENCH_NOW_MS);
+        assert_eq!(
+            times.started_per_pass,
+            plan.starts.len() + plan.gang_starts.len()
+        );
     }
 
     #[test]
