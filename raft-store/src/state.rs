@@ -206,7 +206,7 @@ pub struct SmState {
     /// than a walk of every unfinished job; dropped by any other command
     /// (see [`SmState::apply`]) and rebuilt by the next submit. Derived
     /// data: never stored, the same on every node.
-    submit_counts: Option<berth_scheduler::limits::SubmitCounts>,
+    submit_counts: Option<policy_apply::KeptSubmitCounts>,
 }
 
 /// The state shared between openraft's state machine and the node's readers
@@ -997,12 +997,13 @@ impl SmState {
                 None => return false,
             }
         }
+        // Every host was found above: none can be missing here, and a
+        // return halfway would leave room taken on the hosts before it.
         for name in hosts {
-            let Some(host) = self.data.hosts.get_mut(name) else {
-                return false;
-            };
-            host.allocated = host.allocated.saturating_add(placement.resources);
-            debug_assert!(host.allocated.within(host.inventory.resources()));
+            if let Some(host) = self.data.hosts.get_mut(name) {
+                host.allocated = host.allocated.saturating_add(placement.resources);
+                debug_assert!(host.allocated.within(host.inventory.resources()));
+            }
         }
         let mut devices = devices.into_iter();
         let gpu_indices = devices.next().unwrap_or_default();

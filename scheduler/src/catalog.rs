@@ -185,16 +185,29 @@ impl<'a> Catalog<'a> {
     /// path runs in the job's own partitions (`None`: a site without
     /// partitions, where every path runs).
     pub fn runs_in(&self, job: &PendingJob, path: usize, partition: Option<&Partition>) -> bool {
+        let own = job.path_partitions.get(path).map_or("", String::as_str);
+        self.path_runs_in(&job.partitions, own, partition)
+    }
+
+    /// [`Catalog::runs_in`] from the job's partitions and the partition
+    /// its path names ("" = none), for callers holding a spec rather than
+    /// a [`PendingJob`].
+    pub fn path_runs_in(
+        &self,
+        job_partitions: &[String],
+        own: &str,
+        partition: Option<&Partition>,
+    ) -> bool {
         let Some(p) = partition else {
             return true;
         };
-        match job.path_partitions.get(path).filter(|n| !n.is_empty()) {
-            Some(own) => *own == p.name,
-            None if job.partitions.is_empty() => {
-                self.default_partition.is_some_and(|d| d.name == p.name)
-            }
-            None => job.partitions.contains(&p.name),
+        if !own.is_empty() {
+            return own == p.name;
         }
+        if job_partitions.is_empty() {
+            return self.default_partition.is_some_and(|d| d.name == p.name);
+        }
+        job_partitions.contains(&p.name)
     }
 
     /// Whether `host` serves `partition` (`None`: no partitions defined).

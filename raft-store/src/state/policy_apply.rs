@@ -16,6 +16,16 @@ use super::{Dirty, PlannedStart, SmState};
 use crate::command::Response;
 use crate::policy::PolicyChange;
 
+/// The submit-limit counts kept between submits, with the policy they were
+/// counted under (both unchanged until a command other than a submit
+/// drops them).
+#[derive(Debug)]
+pub(super) struct KeptSubmitCounts {
+    /// The policy snapshot, without jobs.
+    policy: Snapshot,
+    counts: SubmitCounts,
+}
+
 /// The re-check state for one plan: the snapshot the limits are read
 /// against, and what the plan's accepted placements hold so far.
 pub(super) struct LimitRecheck {
@@ -125,25 +135,40 @@ impl SmState {
         if self.submit_counts.is_some() || policy.is_empty() || !policy.has_submit_limits() {
             return;
         }
-        let mut snapshot = self.policy_snapshot();
-        let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
-        snapshot.pending = full.pending;
-        snapshot.running = full.running;
-        self.submit_counts = Some(SubmitCounts::new(&snapshot, &Catalog::new(&snapshot)));
+        let snapshot = self.counting_snapshot(None);
+        let counts = SubmitCounts::new(&snapshot, &Catalog::new(&snapshot));
+        self.submit_counts = Some(KeptSubmitCounts {
+            policy: Snapshot {
+                pending: Vec::new(),
+                running: Vec::new(),
+                ..snapshot
+            },
+            counts,
+        });
     }
 
     /// Adds the jobs a submit just made to the kept counts.
     pub(super) fn count_submitted(&mut self, tasks: &[JobSpec]) {
-        if self.submit_counts.is_none() {
+        let Some(kept) = self.submit_counts.as_mut() else {
             return;
+        };
+        let catalog = Catalog::new(&kept.policy);
+        for spec in tasks {
+            kept.counts.add(&pending_of(spec), &catalog);
         }
-        let snapshot = self.policy_snapshot();
-        let catalog = Catalog::new(&snapshot);
-        if let Some(counts) = self.submit_counts.as_mut() {
-            for spec in tasks {
-                counts.add(&pending_of(spec), &catalog);
-            }
+    }
+
+    /// The policy, and with submit limits every unfinished job but
+    /// `exclude`: what the submit checks read when no counts are kept.
+    fn counting_snapshot(&self, exclude: Option<JobId>) -> Snapshot {
+        let mut snapshot = self.policy_snapshot();
+        if self.data.policy.has_submit_limits() {
+            let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
+            snapshot.pending = full.pending;
+            snapshot.pending.retain(|p| Some(p.id) != exclude);
+            snapshot.running = full.running;
         }
+        snapshot
     }
 
     /// [`Self::resolve_submit`] for a spec that replaces job `exclude`'s
@@ -158,23 +183,23 @@ impl SmState {
         if policy.is_empty() {
             return Ok(spec.clone());
         }
-        // A new submit reads the counts kept between submits; an update
-        // (which leaves its own job out) counts afresh.
+        // A new submit reads the counts (and policy) kept between submits;
+        // an update (which leaves its own job out) counts afresh.
         let kept = self.submit_counts.as_ref().filter(|_| exclude.is_none());
-        let mut snapshot = self.policy_snapshot();
-        if policy.has_submit_limits() && kept.is_none() {
-            let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
-            snapshot.pending = full.pending;
-            snapshot.pending.retain(|p| Some(p.id) != exclude);
-            snapshot.running = full.running;
-        }
-        let catalog = Catalog::new(&snapshot);
-        let job = pending_of(spec);
-        let fresh;
-        let counts = match kept {
-            Some(kept) => kept,
+        let (owned, fresh);
+        let snapshot = match kept {
+            Some(kept) => &kept.policy,
             None => {
-                fresh = SubmitCounts::new(&snapshot, &catalog);
+                owned = self.counting_snapshot(exclude);
+                &owned
+            }
+        };
+        let catalog = Catalog::new(snapshot);
+        let job = pending_of(spec);
+        let counts = match kept {
+            Some(kept) => &kept.counts,
+            None => {
+                fresh = SubmitCounts::new(snapshot, &catalog);
                 &fresh
             }
         };
@@ -259,7 +284,11 @@ impl SmState {
         }
         // The path the plan chose must run in that partition: an
         // alternative naming its own runs there alone.
-        if !catalog.runs_in(&pending_of(spec), placement.path, partition) {
+        let own = spec
+            .alternatives
+            .get(placement.path)
+            .map_or("", |set| set.partition.as_str());
+        if !catalog.path_runs_in(&spec.partitions, own, partition) {
             return false;
         }
         let shape = Shape {
