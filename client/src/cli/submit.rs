@@ -436,7 +436,7 @@ pub fn build_request(
     };
     let mut gres = list(args.gres.as_deref());
     if let Some(gpus) = args.gpus.as_deref() {
-        gres.push(gpu_gres(&gpus_per_node(gpus, nodes.max(1))?)?);
+        gres.push(gpu_gres_over(gpus, nodes)?);
     }
     if let Some(gpus) = args.gpus_per_node.as_deref() {
         gres.push(gpu_gres(gpus)?);
@@ -576,6 +576,13 @@ pub fn parse_constraint(text: &str) -> Result<Vec<String>> {
 /// `-G`/`--gpus-per-node` as a gres entry: `4` -> `gpu:4`,
 /// `a100:2` -> `gpu:a100:2`.
 pub fn gpu_gres(text: &str) -> Result<String> {
+    gpu_gres_over(text, 1)
+}
+
+/// `--gpus=[TYPE:]N` for a job of `nodes` hosts as the per-host gres entry
+/// the job carries: N must split evenly, since every host of a job takes
+/// the same.
+fn gpu_gres_over(text: &str, nodes: u32) -> Result<String> {
     let (kind, count) = match text.rsplit_once(':') {
         Some((kind, count)) => (Some(kind), count),
         None => (None, text),
@@ -585,13 +592,22 @@ pub fn gpu_gres(text: &str) -> Result<String> {
             && k.chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     });
-    match count.parse::<u32>() {
-        Ok(n) if n > 0 && valid_kind => Ok(match kind {
-            Some(k) => format!("gpu:{k}:{n}"),
-            None => format!("gpu:{n}"),
-        }),
+    let total = match count.parse::<u32>() {
+        Ok(n) if n > 0 && valid_kind => n,
         _ => bail!("invalid GPU count \"{text}\": expected [TYPE:]N with N at least 1"),
+    };
+    let nodes = nodes.max(1);
+    if total % nodes != 0 {
+        bail!(
+            "--gpus={text} does not split evenly over {nodes} nodes: every host of a job takes \
+             the same, use a multiple of {nodes} or --gpus-per-node"
+        );
     }
+    let each = total / nodes;
+    Ok(match kind {
+        Some(k) => format!("gpu:{k}:{each}"),
+        None => format!("gpu:{each}"),
+    })
 }
 
 /// Tasks on each host: `--ntasks-per-node`, or `--ntasks` spread evenly
@@ -613,34 +629,6 @@ fn tasks_per_node(ntasks: Option<u32>, per_node: Option<u32>, nodes: u32) -> Res
         (Some(n), None) => Ok(Some(n.div_ceil(nodes))),
         (None, None) => Ok(None),
     }
-}
-
-/// `--gpus=[TYPE:]N` over `nodes` hosts as the per-host count the job's
-/// gres carries: N must split evenly, since every host of a job takes the
-/// same.
-fn gpus_per_node(text: &str, nodes: u32) -> Result<String> {
-    if nodes <= 1 {
-        return Ok(text.to_string());
-    }
-    let (kind, count) = match text.rsplit_once(':') {
-        Some((kind, count)) => (Some(kind), count),
-        None => (None, text),
-    };
-    let Ok(total) = count.parse::<u32>() else {
-        // gpu_gres names what is wrong with it.
-        return Ok(text.to_string());
-    };
-    if total % nodes != 0 {
-        bail!(
-            "--gpus={text} does not split evenly over {nodes} nodes: every host of a job takes \
-             the same, use a multiple of {nodes} or --gpus-per-node"
-        );
-    }
-    let each = total / nodes;
-    Ok(match kind {
-        Some(k) => format!("{k}:{each}"),
-        None => each.to_string(),
-    })
 }
 
 /// CPUs for each host: its tasks times CPUs per task; 0 (the server's
