@@ -282,6 +282,19 @@ impl LocalCluster {
         self.agent_toml.insert(i, toml.to_string());
     }
 
+    /// Gives agent `i` a fake-inventory file (GPUs and emulators written
+    /// down, see the agent's `inventory::fake`) with `text`, in place of
+    /// discovery, from its next start on.
+    pub fn set_agent_fake_inventory(&mut self, i: u32, text: &str) -> Result<(), HarnessError> {
+        let path = self.dir.join(format!("fake-inventory-{i}.toml"));
+        std::fs::write(&path, text)?;
+        self.set_agent_toml(
+            i,
+            &format!("fake_inventory_file = \"{}\"\n", path.display()),
+        );
+        Ok(())
+    }
+
     /// Starts every node and agent that is not running.
     pub fn start_all(&mut self) -> Result<(), HarnessError> {
         self.start_stopped_nodes()?;

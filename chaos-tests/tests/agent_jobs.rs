@@ -232,15 +232,12 @@ async fn gpu_host_jobs_see_their_device_indices() {
         },
     )
     .expect("configure");
-    let fake = tmp.path().join("fake-gpus.toml");
     let gpus: String = (0..4)
         .map(|i| format!("[[gpus]]\nindex = {i}\ntype = \"h100\"\nuuid = \"GPU-d-{i}\"\n"))
         .collect();
-    std::fs::write(&fake, gpus).expect("fake inventory");
-    cluster.set_agent_toml(
-        1,
-        &format!("fake_inventory_file = \"{}\"\n", fake.display()),
-    );
+    cluster
+        .set_agent_fake_inventory(1, &gpus)
+        .expect("fake inventory");
     cluster.start_all().expect("start");
     cluster
         .wait_for_leader(LEADER_DEADLINE)

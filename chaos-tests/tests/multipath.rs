@@ -59,18 +59,12 @@ async fn a_job_holds_every_alternative_and_starts_on_the_first_that_frees() {
     };
     let mut cluster = LocalCluster::configure(dir, &options).expect("configure");
     for (agent, group) in [(1, "g1"), (2, "g2")] {
-        let fake = dir.join(format!("inventory-{agent}.toml"));
-        std::fs::write(
-            &fake,
-            format!(
-                "[[emulators]]\nkind = \"zebu\"\nname = \"zebu-{group}\"\ngroup = \"{group}\"\nunit_ids = [0, 1]\n"
-            ),
-        )
-        .expect("fake inventory");
-        cluster.set_agent_toml(
-            agent,
-            &format!("fake_inventory_file = \"{}\"\n", fake.display()),
+        let text = format!(
+            "[[emulators]]\nkind = \"zebu\"\nname = \"zebu-{group}\"\ngroup = \"{group}\"\nunit_ids = [0, 1]\n"
         );
+        cluster
+            .set_agent_fake_inventory(agent, &text)
+            .expect("fake inventory");
     }
     cluster.start_all().expect("start");
     cluster
