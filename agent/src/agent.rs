@@ -27,6 +27,8 @@ pub enum AgentError {
     Inventory(InventoryError),
     #[error("{0}")]
     StateDir(crate::statedir::StateDirError),
+    #[error("step_listen {0}: {1} (set step_listen to a free address, or \"\" to serve no steps)")]
+    StepListen(std::net::SocketAddr, std::io::Error),
 }
 
 /// What launching jobs needs: the state directory (opened, so a bad one
@@ -59,6 +61,7 @@ fn launch_context(config: &Config) -> Result<LaunchContext, AgentError> {
         job_user: config.jobs.job_user,
         allow_root_jobs: config.jobs.allow_root_jobs,
         instance,
+        step_secret: config.cluster_secret.clone(),
     })
 }
 
@@ -111,8 +114,37 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     );
     supervisor.recover();
 
+    // The step service is bound before the first Register, which names
+    // its address.
+    let (step_addr, step_task) = match config.step_listen {
+        None => (String::new(), None),
+        Some(listen) => {
+            let listener = tokio::net::TcpListener::bind(listen)
+                .await
+                .map_err(|e| AgentError::StepListen(listen, e))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|e| AgentError::StepListen(listen, e))?;
+            let addr =
+                crate::steps::advertised_addr(config.step_advertise.as_deref(), bound, &config.host);
+            tracing::info!(listen = %bound, advertised = %addr, "step service listening");
+            let ctx = crate::steps::StepContext {
+                host: config.host.clone(),
+                secret: config.cluster_secret.clone(),
+                job_user: config.jobs.job_user,
+                allow_root_jobs: config.jobs.allow_root_jobs,
+                desired: desired_tx.subscribe(),
+            };
+            (
+                addr,
+                Some(tokio::spawn(crate::steps::serve(listener, ctx))),
+            )
+        }
+    };
+
     let session_task = tokio::spawn(session::run(
         SessionConfig {
+            step_addr,
             host: config.host.clone(),
             servers: config.servers.clone(),
             heartbeat_interval_ms: config.heartbeat_interval_ms,
@@ -144,6 +176,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     session_task.abort();
     sender_task.abort();
+    if let Some(task) = step_task {
+        task.abort();
+    }
     rediscover_task.abort();
     tracing::info!("berth-agent stopped");
     Ok(())

@@ -36,6 +36,9 @@ pub const DEFAULT_STOP_GRACE_S: u64 = 30;
 pub const STOP_GRACE_MAX_S: u64 = 86_400;
 /// Most servers accepted in the list.
 pub const SERVERS_MAX: usize = 64;
+/// Where the step service listens when the config names nothing (the
+/// port is slurmd's, which srun's counterpart here replaces).
+pub const DEFAULT_STEP_LISTEN: &str = "0.0.0.0:6818";
 /// Environment variable holding the comma-separated server list.
 pub const SERVER_ENV: &str = "BERTH_SERVER";
 
@@ -94,6 +97,12 @@ pub struct FileConfig {
     pub emulators: Option<Vec<EmulatorConfig>>,
     /// Features jobs may require (`sbatch -C`), e.g. `["a100", "ib"]`.
     pub features: Option<Vec<String>>,
+    // Steps (see `steps`).
+    /// Where to serve srun's tasks for multi-host jobs; `""` serves none.
+    pub step_listen: Option<String>,
+    /// The address other hosts dial for it, when not this host's name
+    /// (or the bound address) with the bound port.
+    pub step_advertise: Option<String>,
 }
 
 impl FileConfig {
@@ -208,6 +217,12 @@ pub struct Config {
     pub jobs: JobSettings,
     /// GPUs, emulators, declared inventory, re-discovery.
     pub inventory: InventorySettings,
+    /// Where the step service listens; `None`: it is off, and this host
+    /// runs no srun tasks of multi-host jobs started elsewhere.
+    pub step_listen: Option<std::net::SocketAddr>,
+    /// The address to register for it, when given; else derived from the
+    /// bound address (see `steps::advertised_addr`).
+    pub step_advertise: Option<String>,
 }
 
 impl Config {
@@ -316,7 +331,29 @@ impl Config {
             job_shim: file.job_shim,
         };
 
+        let step_listen = match file.step_listen.as_deref().map(str::trim) {
+            Some("") => None,
+            listen => {
+                let text = listen.unwrap_or(DEFAULT_STEP_LISTEN);
+                Some(text.parse::<std::net::SocketAddr>().map_err(|e| {
+                    invalid(format!(
+                        "step_listen {text:?} is not IP:PORT ({e}); \"\" turns the step service off"
+                    ))
+                })?)
+            }
+        };
+        let step_advertise = match file.step_advertise.map(|a| a.trim().to_string()) {
+            Some(a) if a.is_empty() || a.len() > 255 || a.contains(char::is_whitespace) => {
+                return Err(invalid(format!(
+                    "step_advertise {a:?} must be HOST:PORT, 1 to 255 bytes, without spaces"
+                )));
+            }
+            other => other,
+        };
+
         Ok(Config {
+            step_listen,
+            step_advertise,
             jobs,
             inventory,
             host,

@@ -18,6 +18,9 @@ pub struct EnvFacts<'a> {
     /// The job's working directory, also `SLURM_SUBMIT_DIR`: the agent
     /// does not learn where sbatch ran.
     pub work_dir: &'a str,
+    /// The allocation's step credential (see `berth_auth::step`), for a
+    /// multi-host job's srun; `None` on a cluster without a secret.
+    pub step_credential: Option<&'a str>,
 }
 
 /// The variables, in the order they are set; later ones win over the
@@ -94,7 +97,25 @@ pub fn job_env(a: &Assignment, facts: &EnvFacts<'_>) -> Vec<(String, String)> {
         set("BERTH_EMULATOR_UNITS", a.emulator_units.to_string());
         set("BERTH_EMULATOR_KIND", a.emulator_kind.clone());
     }
+    if hosts.len() > 1 {
+        // Where srun starts the tasks of a step across the hosts.
+        set("BERTH_STEP_AGENTS", step_agents(&hosts, &a.step_addrs));
+        if let Some(credential) = facts.step_credential {
+            set("BERTH_STEP_CREDENTIAL", credential.to_string());
+        }
+    }
     env
+}
+
+/// `HOST=ADDR,...` for every host with a step address, in node order.
+fn step_agents(hosts: &[&str], addrs: &[String]) -> String {
+    hosts
+        .iter()
+        .zip(addrs)
+        .filter(|(_, addr)| !addr.is_empty())
+        .map(|(host, addr)| format!("{host}={addr}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Slurm's hostlist form: `gpu[01-03,07],login1`. Names are grouped by
@@ -219,6 +240,7 @@ mod tests {
             cpus: 4,
             mem_mb: 2048,
             hosts: vec!["n1".into(), "n2".into()],
+            step_addrs: vec!["10.0.0.1:6818".into(), "10.0.0.2:6818".into()],
             gpu_indices: vec![1, 3],
             emulator_units: 2,
             emulator_kind: "zebu".into(),
@@ -231,6 +253,7 @@ mod tests {
                 host: "n2",
                 job_name: "train",
                 work_dir: "/scratch/ada",
+                step_credential: Some("c0ffee"),
             },
         );
         let want = [
@@ -251,6 +274,8 @@ mod tests {
             ("BERTH_EMULATOR_UNITS", "2"),
             ("BERTH_EMULATOR_KIND", "zebu"),
             ("BERTH_ALLOC_ID", "7"),
+            ("BERTH_STEP_AGENTS", "n1=10.0.0.1:6818,n2=10.0.0.2:6818"),
+            ("BERTH_STEP_CREDENTIAL", "c0ffee"),
         ];
         for (k, v) in want {
             assert_eq!(get(&env, k), Some(v), "{k}");
@@ -279,6 +304,7 @@ mod tests {
                 host: "h",
                 job_name: "arr",
                 work_dir: "/tmp",
+                step_credential: None,
             },
         );
         for (k, v) in [
@@ -306,6 +332,7 @@ mod tests {
                 host: "h",
                 job_name: "x",
                 work_dir: "/",
+                step_credential: None,
             },
         );
         assert_eq!(get(&env, "CUDA_VISIBLE_DEVICES"), None);

@@ -40,5 +40,6 @@ pub mod runner;
 pub mod session;
 pub mod simulate;
 pub mod statedir;
+pub mod steps;
 pub mod supervisor;
 pub mod user;

@@ -172,6 +172,7 @@ mod tests {
             applied_index: 1,
             assignments: allocs.iter().map(|&(j, a)| assignment(j, a)).collect(),
             stopping: Vec::new(),
+            members: Vec::new(),
         }
     }
 

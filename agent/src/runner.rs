@@ -63,9 +63,24 @@ pub struct LaunchContext {
     /// [`StateDir::instance`]): it names job cgroups and tags job
     /// processes.
     pub instance: String,
+    /// The cluster secret, which step credentials are made with (`None`
+    /// on a cluster without auth: steps need no credential there).
+    pub step_secret: Option<Vec<u8>>,
 }
 
 impl LaunchContext {
+    /// The step credential of an allocation (see `berth_auth::step`).
+    pub fn step_credential(&self, job_id: u64, alloc_id: u64) -> Option<String> {
+        let secret = self.step_secret.as_deref()?;
+        match berth_auth::step::issue(secret, job_id, alloc_id) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(job_id, alloc_id, error = %e, "cannot make the step credential");
+                None
+            }
+        }
+    }
+
     /// The `BERTH_JOB_TAG` value of `alloc_id`'s processes.
     pub fn job_tag(&self, alloc_id: u64) -> String {
         format!("{}.{alloc_id}", self.instance)
@@ -550,12 +565,14 @@ fn prepare(a: &Assignment, ctx: &LaunchContext) -> Result<Prepared, LaunchError>
         .collect();
     env.sort();
     let work_dir_text = work_dir.display().to_string();
+    let step_credential = ctx.step_credential(a.job_id, a.alloc_id);
     env.extend(jobenv::job_env(
         a,
         &EnvFacts {
             host: &ctx.host,
             job_name: &job_name,
             work_dir: &work_dir_text,
+            step_credential: step_credential.as_deref(),
         },
     ));
     env.push(("BERTH_JOB_TAG".into(), ctx.job_tag(a.alloc_id)));

@@ -74,6 +74,8 @@ enum SessionEnd {
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
     pub host: String,
+    /// Where this agent serves srun steps (empty: it serves none).
+    pub step_addr: String,
     pub servers: Vec<String>,
     /// Used until the server's RegisterResponse names its own.
     pub heartbeat_interval_ms: u64,
@@ -198,6 +200,7 @@ async fn session(
         agent_version: env!("CARGO_PKG_VERSION").to_string(),
         running: links.running_rx.borrow().clone(),
         agent_restarted: !*registered_before,
+        step_addr: cfg.step_addr.clone(),
     };
     let resp = match with_timeout(client.register(register)).await {
         Ok(r) => r.into_inner(),

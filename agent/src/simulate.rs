@@ -466,6 +466,8 @@ async fn session(
         running,
         agent_restarted: *restarted,
         drain_reason: String::new(),
+        // Simulated hosts run nothing, steps included.
+        step_addr: String::new(),
     };
     let resp = match timed(client.register(register)).await {
         Ok(r) => r.into_inner(),

@@ -646,6 +646,7 @@ mod tests {
                 job_user: crate::user::JobUser::Agent,
                 allow_root_jobs: true,
                 instance: "t".into(),
+                step_secret: None,
             },
             Duration::from_secs(10),
             outbox.clone(),

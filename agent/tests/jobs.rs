@@ -31,6 +31,7 @@ fn ctx_with(dir: &Path, cgroups: Option<Cgroups>) -> Arc<LaunchContext> {
         job_user: JobUser::Agent,
         allow_root_jobs: true,
         instance: format!("t{}", std::process::id()),
+        step_secret: None,
     })
 }
 

@@ -27,6 +27,7 @@ fn ctx(dir: &Path) -> Arc<LaunchContext> {
         job_user: JobUser::Agent,
         allow_root_jobs: true,
         instance: format!("t{}", std::process::id()),
+        step_secret: None,
     })
 }
 

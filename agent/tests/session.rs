@@ -175,6 +175,8 @@ fn agent_config(dir: &std::path::Path, servers: Vec<String>) -> Config {
         memory_mb: Some(512),
         cluster_secret: None,
         tls_ca: None,
+        step_listen: None,
+        step_advertise: None,
         inventory: berth_agent::inventory::settings::InventorySettings {
             cpus: Some(2),
             memory_mb: Some(512),

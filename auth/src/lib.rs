@@ -8,6 +8,7 @@
 //! Pure: time is an argument, secrets are bytes the caller read.
 
 pub mod grpc;
+pub mod step;
 pub mod tls;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -57,6 +58,8 @@ pub enum AuthError {
     WeakSecret,
     #[error("wrong cluster secret")]
     WrongClusterSecret,
+    #[error("step credential does not match this job's allocation")]
+    BadStepCredential,
 }
 
 type HmacSha256 = Hmac<Sha256>;

@@ -385,7 +385,8 @@ impl LocalCluster {
         // its own subdirectory); test jobs run as the agent's user, root
         // included, since the submitters are not users of this machine.
         let mut agent_toml = format!(
-            "state_dir = \"{}\"\njob_user = \"agent\"\nallow_root_jobs = true\n",
+            "state_dir = \"{}\"\njob_user = \"agent\"\nallow_root_jobs = true\n\
+             step_listen = \"127.0.0.1:0\"\n",
             self.dir.join("agent-state").display()
         );
         if cpus > 0 {

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use berth_chaos::harness::{read_or_empty, wait_until, ClusterOptions, LocalCluster};
+use berth_chaos::harness::{read_or_empty, tool, wait_until, ClusterOptions, LocalCluster};
 use berth_proto::api::JobState;
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
@@ -138,4 +138,80 @@ fn nodelist(hosts: &[String]) -> String {
         [a, b] => format!("test-host-[{a},{b}]"),
         _ => panic!("two test hosts expected: {hosts:?}"),
     }
+}
+
+/// srun inside a 2-host job runs a step on both hosts: the batch host's
+/// task is srun's own child, the other host's is started by that host's
+/// agent, and every task's output comes back through srun into the job's
+/// output file, with Slurm's step variables. A failing remote task makes
+/// srun fail with its exit code, named in srun's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn srun_in_a_two_host_job_runs_a_task_on_each_host() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = ClusterOptions {
+        agents: 2,
+        agent_cpus: 4,
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start_with_leader(tmp.path(), &options, LEADER_DEADLINE).await;
+    let dir = tmp.path();
+    // srun is the berth binary called by that name, as an installed
+    // Slurm-compatible PATH would have it.
+    let bin = dir.join("bin");
+    std::fs::create_dir(&bin).expect("bin dir");
+    std::os::unix::fs::symlink(tool("berth").expect("berth binary"), bin.join("srun"))
+        .expect("srun link");
+    let srun = bin.join("srun");
+    let task = "echo task $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME node $SLURM_NODEID";
+    let script = format!(
+        "{srun} sh -c '{task}' && {srun} -n 3 sh -c '{task}'; \
+         {srun} sh -c 'exit $((SLURM_PROCID * 4))'; echo srun exit $?",
+        srun = srun.display()
+    );
+    let out = cluster
+        .berth_cli(&[
+            "submit",
+            "--parsable",
+            "-D",
+            dir.to_str().expect("utf-8 path"),
+            "-o",
+            "steps-%j.out",
+            "-N",
+            "2",
+            "-t",
+            "5",
+            "--wrap",
+            &script,
+        ])
+        .await;
+    let id: u64 = out
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("job id from {out:?}"));
+    let job = cluster
+        .wait_for_job(id, "completed", DEADLINE, |j| {
+            j.state == JobState::Completed as i32 || j.state == JobState::Failed as i32
+        })
+        .await;
+    let output = read_or_empty(&dir.join(format!("steps-{id}.out")));
+    assert_eq!(job.state, JobState::Completed as i32, "{job:?}\n{output}");
+    let (h0, h1) = (&job.hosts[0], &job.hosts[1]);
+    let mut lines: Vec<&str> = output.lines().filter(|l| l.starts_with("task ")).collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        vec![
+            format!("task 0 of 2 on {h0} node 0"),
+            format!("task 0 of 3 on {h0} node 0"),
+            format!("task 1 of 2 on {h1} node 1"),
+            format!("task 1 of 3 on {h0} node 0"),
+            format!("task 2 of 3 on {h1} node 1"),
+        ],
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!("srun: error: {h1}: task 1: Exited with exit code 4")),
+        "{output}"
+    );
+    assert!(output.contains("srun exit 4"), "{output}");
 }

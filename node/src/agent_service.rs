@@ -95,6 +95,7 @@ impl AgentService for AgentServiceImpl {
             running_allocs: req.running.iter().map(|r| r.alloc_id).collect(),
             now_ms: 0,
             drain_reason: req.drain_reason.clone(),
+            step_addr: req.step_addr.clone(),
         };
         match self.node.propose(command).await? {
             SmResponse::HostRegistered => {}
@@ -144,7 +145,7 @@ impl AgentService for AgentServiceImpl {
         let node = self.node.clone();
         tokio::spawn(async move {
             let mut applied = node.applied.clone();
-            let mut last_sent: Option<(Vec<Assignment>, Vec<u64>)> = None;
+            let mut last_sent: Option<(Vec<Assignment>, Vec<u64>, Vec<Assignment>)> = None;
             loop {
                 if !node.is_leader() {
                     let _ = tx
@@ -161,9 +162,10 @@ impl AgentService for AgentServiceImpl {
                 // Any change but the index is worth a new set: an
                 // allocation added or stopped, and also a signal asked for
                 // a running one or its time limit changed.
-                let ids: (Vec<Assignment>, Vec<u64>) = (
+                let ids: (Vec<Assignment>, Vec<u64>, Vec<Assignment>) = (
                     set.assignments.clone(),
                     set.stopping.iter().map(|a| a.alloc_id).collect(),
+                    set.members.clone(),
                 );
                 if last_sent.as_ref() != Some(&ids) {
                     if tx.send(Ok(set)).await.is_err() {
@@ -243,50 +245,7 @@ fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
         assignments: s
             .assignments_for(host)
             .into_iter()
-            .filter_map(|r| {
-                let alloc = r.job.alloc.as_ref()?;
-                // The stored spec names its resolved QOS (set at submit).
-                let stop_grace_s = s
-                    .data
-                    .policy
-                    .qos
-                    .get(&r.job.spec.qos)
-                    .and_then(|q| q.grace_time_s)
-                    .unwrap_or(default_grace_s);
-                let emulator_kind = if alloc.resources.emu > 0 {
-                    r.job
-                        .spec
-                        .shape()
-                        .map(|shape| shape.emu_kind)
-                        .unwrap_or_default()
-                } else {
-                    String::new()
-                };
-                Some(Assignment {
-                    job_id: r.job.id,
-                    alloc_id: alloc.alloc_id,
-                    spec: Some(convert::spec_to_proto(&r.job.spec)),
-                    cpus: alloc.resources.cpus,
-                    mem_mb: alloc.resources.mem_mb,
-                    hosts: alloc.hosts().map(str::to_string).collect(),
-                    start_ms: alloc.start_ms,
-                    stop_grace_s,
-                    gpu_indices: alloc.gpu_indices.clone(),
-                    emulator_units: alloc.resources.emu,
-                    emulator_kind,
-                    restart_count: r.job.restarts,
-                    signals: r
-                        .signals
-                        .iter()
-                        .filter(|sig| sig.alloc_id == alloc.alloc_id)
-                        .map(|sig| SignalRequest {
-                            seq: sig.seq,
-                            signal: sig.signal,
-                            batch_only: sig.batch_only,
-                        })
-                        .collect(),
-                })
-            })
+            .filter_map(|r| assignment(s, r, host, default_grace_s))
             .collect(),
         // Only the ids: the agent needs nothing else to report an
         // allocation it never received as ended.
@@ -301,5 +260,77 @@ fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
                 })
             })
             .collect(),
+        members: s
+            .members_on(host)
+            .into_iter()
+            .filter_map(|r| assignment(s, r, host, default_grace_s))
+            .collect(),
+    })
+}
+
+/// One allocation as `host`'s agent sees it: the GPU devices it holds
+/// there, and every host's step address for a multi-host job's srun.
+fn assignment(
+    s: &berth_raft_store::SmState,
+    r: &berth_raft_store::JobRecord,
+    host: &str,
+    default_grace_s: u64,
+) -> Option<Assignment> {
+    let alloc = r.job.alloc.as_ref()?;
+    // The stored spec names its resolved QOS (set at submit).
+    let stop_grace_s = s
+        .data
+        .policy
+        .qos
+        .get(&r.job.spec.qos)
+        .and_then(|q| q.grace_time_s)
+        .unwrap_or(default_grace_s);
+    let emulator_kind = if alloc.resources.emu > 0 {
+        r.job
+            .spec
+            .shape()
+            .map(|shape| shape.emu_kind)
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let step_addrs = if alloc.gang.is_empty() {
+        Vec::new()
+    } else {
+        alloc
+            .hosts()
+            .map(|h| {
+                s.data
+                    .hosts
+                    .get(h)
+                    .map(|rec| rec.step_addr.clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    Some(Assignment {
+        job_id: r.job.id,
+        alloc_id: alloc.alloc_id,
+        spec: Some(convert::spec_to_proto(&r.job.spec)),
+        cpus: alloc.resources.cpus,
+        mem_mb: alloc.resources.mem_mb,
+        hosts: alloc.hosts().map(str::to_string).collect(),
+        start_ms: alloc.start_ms,
+        stop_grace_s,
+        gpu_indices: alloc.gpu_indices_on(host).to_vec(),
+        emulator_units: alloc.resources.emu,
+        emulator_kind,
+        restart_count: r.job.restarts,
+        signals: r
+            .signals
+            .iter()
+            .filter(|sig| sig.alloc_id == alloc.alloc_id)
+            .map(|sig| SignalRequest {
+                seq: sig.seq,
+                signal: sig.signal,
+                batch_only: sig.batch_only,
+            })
+            .collect(),
+        step_addrs,
     })
 }

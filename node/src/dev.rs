@@ -146,7 +146,8 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
         std::fs::write(
             &agent_config,
             format!(
-                "state_dir = {:?}\njob_user = \"agent\"\nallow_root_jobs = true\n",
+                "state_dir = {:?}\njob_user = \"agent\"\nallow_root_jobs = true\n\
+                 step_listen = \"127.0.0.1:0\"\n",
                 dir.join("agent-state").display().to_string()
             ),
         )?;

@@ -107,8 +107,9 @@ impl JobUpdate {
 /// the array's first task); 11 = multi-host jobs: `ApplyPlan` carries
 /// `gang_starts` and an allocation its `gang` hosts (a version-10 node
 /// would drop the gangs, or hand a gang's room on its other hosts to other
-/// jobs).
-pub const COMMAND_VERSION: u32 = 11;
+/// jobs); 12 = `RegisterHost` carries the agent's `step_addr` (a
+/// version-11 node would drop it, and srun could not reach the host).
+pub const COMMAND_VERSION: u32 = 12;
 
 /// One Raft log payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,6 +164,11 @@ pub enum Command {
         /// drained by its agent. Added in command version 4.
         #[serde(default)]
         drain_reason: String,
+        /// Where the host's agent serves srun steps (`StepService`), as
+        /// other hosts dial it; empty: it serves none. Added in command
+        /// version 12.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        step_addr: String,
     },
     /// One scheduling pass's placements, computed from the state at
     /// `snapshot_index`. `apply` re-checks each one (invariant 3).

@@ -30,7 +30,7 @@ pub use command::{Command, JobAction, JobUpdate, Request, Response, COMMAND_VERS
 pub use error::StoreError;
 pub use state::{
     HostRecord, JobEvent, JobRecord, SharedState, SignalRequest, SmState,
-    HOST_DRAIN_REASON_BYTES_MAX, SIGNALS_PER_JOB_MAX,
+    HOST_DRAIN_REASON_BYTES_MAX, HOST_STEP_ADDR_BYTES_MAX, SIGNALS_PER_JOB_MAX,
 };
 pub use store::{open, LogStore, StateMachineStore, StoreHandles};
 

@@ -113,6 +113,15 @@ impl JobRecord {
 
 /// Longest drain reason a host registration may carry, in bytes.
 pub const HOST_DRAIN_REASON_BYTES_MAX: usize = 1024;
+/// Longest step address an agent may register, in bytes.
+pub const HOST_STEP_ADDR_BYTES_MAX: usize = 255;
+
+/// What a registration says about a host beside its inventory.
+#[derive(Debug, Clone, Copy)]
+struct HostExtras<'a> {
+    drain_reason: &'a str,
+    step_addr: &'a str,
+}
 
 /// A registered host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +133,9 @@ pub struct HostRecord {
     /// takes no new work; what runs there goes on.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub drain_reason: String,
+    /// Where its agent serves srun steps (empty: nowhere).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub step_addr: String,
     /// Sum of running allocations. Derived from the jobs; rebuilt on load.
     #[serde(skip)]
     pub allocated: Resources,
@@ -295,6 +307,23 @@ impl SmState {
             .collect()
     }
 
+    /// Multi-host allocations that hold `host` as a member, not as their
+    /// batch host, and are not stopping: their srun steps may start tasks
+    /// there (`AssignmentSet::members`).
+    pub fn members_on(&self, host: &str) -> Vec<&JobRecord> {
+        self.running
+            .iter()
+            .filter_map(|id| self.data.jobs.get(id))
+            .filter(|r| !r.job.stopping())
+            .filter(|r| {
+                r.job
+                    .alloc
+                    .as_ref()
+                    .is_some_and(|a| a.gang.iter().any(|m| m.host == host))
+            })
+            .collect()
+    }
+
     /// Running allocations on `host` whose stop is committed: they left
     /// the assignment set, and an agent that never received one must be
     /// told about it to report it ended (see `AssignmentSet::stopping`).
@@ -416,8 +445,18 @@ impl SmState {
                 running_allocs,
                 now_ms,
                 drain_reason,
+                step_addr,
             } => {
-                let response = self.register_host(name, inventory, drain_reason, *now_ms, dirty);
+                let response = self.register_host(
+                    name,
+                    inventory,
+                    HostExtras {
+                        drain_reason,
+                        step_addr,
+                    },
+                    *now_ms,
+                    dirty,
+                );
                 if *agent_restarted && response == Response::HostRegistered {
                     self.end_lost_allocations(name, running_allocs, *now_ms, dirty);
                 }
@@ -681,10 +720,14 @@ impl SmState {
         &mut self,
         name: &str,
         inventory: &Inventory,
-        drain_reason: &str,
+        extras: HostExtras<'_>,
         now_ms: u64,
         dirty: &mut Dirty,
     ) -> Response {
+        let HostExtras {
+            drain_reason,
+            step_addr,
+        } = extras;
         if name.is_empty() {
             return Response::Rejected {
                 reason: "host name is empty".into(),
@@ -695,6 +738,14 @@ impl SmState {
                 reason: format!(
                     "drain reason of {} bytes is longer than {HOST_DRAIN_REASON_BYTES_MAX}",
                     drain_reason.len()
+                ),
+            };
+        }
+        if step_addr.len() > HOST_STEP_ADDR_BYTES_MAX {
+            return Response::Rejected {
+                reason: format!(
+                    "step address of {} bytes is longer than {HOST_STEP_ADDR_BYTES_MAX}",
+                    step_addr.len()
                 ),
             };
         }
@@ -714,6 +765,7 @@ impl SmState {
                 inventory: inventory.clone(),
                 registered_ms: now_ms,
                 drain_reason: drain_reason.to_string(),
+                step_addr: step_addr.to_string(),
                 allocated,
             },
         );

@@ -21,6 +21,7 @@ pub mod sim;
 pub mod sinfo;
 pub mod sprio;
 pub mod srun;
+pub mod srun_remote;
 pub mod submit;
 
 use clap::{Args, Parser, Subcommand};

@@ -15,6 +15,7 @@ fn state_with_host(cpus: u32) -> SmState {
             running_allocs: Vec::new(),
             drain_reason: String::new(),
             now_ms: 1,
+            step_addr: String::new(),
         },
         &mut Dirty::default(),
     );

@@ -44,6 +44,7 @@ fn register(s: &mut SmState, name: &str, cpus: u32) {
             running_allocs: Vec::new(),
             drain_reason: String::new(),
             now_ms: 1,
+            step_addr: String::new(),
         },
     );
     assert_eq!(r, Response::HostRegistered);

@@ -212,6 +212,7 @@ fn a_silent_member_host_fails_the_whole_gang_but_a_restarted_member_agent_does_n
             running_allocs: Vec::new(),
             now_ms: 30,
             drain_reason: String::new(),
+            step_addr: String::new(),
         },
     );
     assert_eq!(state_of(&s, 1), Some(JobState::Running));
@@ -294,4 +295,52 @@ fn too_many_nodes_are_refused() {
         other => panic!("expected a rejection, got {other:?}"),
     }
     assert!(s.data.jobs.is_empty());
+}
+
+fn register_with_step_addr(s: &mut SmState, name: &str, step_addr: &str) -> Response {
+    apply(
+        s,
+        Command::RegisterHost {
+            name: name.into(),
+            inventory: Inventory::cpu_mem(8, 1024),
+            agent_restarted: false,
+            running_allocs: Vec::new(),
+            now_ms: 40,
+            drain_reason: String::new(),
+            step_addr: step_addr.into(),
+        },
+    )
+}
+
+#[test]
+fn member_hosts_list_the_gang_and_agents_register_where_steps_reach_them() {
+    let mut s = three_hosts();
+    assert_eq!(
+        register_with_step_addr(&mut s, "h2", "10.0.0.2:6818"),
+        Response::HostRegistered
+    );
+    assert_eq!(s.data.hosts["h2"].step_addr, "10.0.0.2:6818");
+    let long = "x".repeat(HOST_STEP_ADDR_BYTES_MAX + 1);
+    assert!(matches!(
+        register_with_step_addr(&mut s, "h2", &long),
+        Response::Rejected { reason } if reason.contains("step address of 256 bytes")
+    ));
+    assert_eq!(
+        s.data.hosts["h2"].step_addr, "10.0.0.2:6818",
+        "a refused registration changes nothing"
+    );
+
+    submit(&mut s, "r1", gang_spec(2, 4));
+    apply_gang(&mut s, 1, &["h1", "h2"], Resources::cpu_mem(4, 0));
+    let ids = |v: Vec<&JobRecord>| v.into_iter().map(|r| r.job.id).collect::<Vec<_>>();
+    // The batch host runs the job; the member lists it for srun's steps.
+    assert_eq!(ids(s.assignments_for("h1")), [1]);
+    assert!(s.members_on("h1").is_empty());
+    assert!(s.assignments_for("h2").is_empty());
+    assert_eq!(ids(s.members_on("h2")), [1]);
+    assert!(s.members_on("h3").is_empty());
+    // A cancel committed: the member no longer lists it, so its agent
+    // stops any task of it.
+    apply(&mut s, Command::CancelJob { job_id: 1, now_ms: 60 });
+    assert!(s.members_on("h2").is_empty());
 }

@@ -18,6 +18,7 @@ fn state_with_host() -> SmState {
             running_allocs: Vec::new(),
             drain_reason: String::new(),
             now_ms: 1,
+            step_addr: String::new(),
         },
         &mut dirty,
     );

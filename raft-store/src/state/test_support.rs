@@ -21,6 +21,7 @@ pub(super) fn register(s: &mut SmState, name: &str, inventory: Inventory) {
             running_allocs: Vec::new(),
             now_ms: 1,
             drain_reason: String::new(),
+            step_addr: String::new(),
         },
     );
 }

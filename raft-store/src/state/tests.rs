@@ -32,6 +32,7 @@ fn register(state: &mut SmState, name: &str, cpus: u32) {
             running_allocs: Vec::new(),
             drain_reason: String::new(),
             now_ms: 1,
+            step_addr: String::new(),
         },
         &mut dirty,
     );
@@ -299,6 +300,7 @@ fn restarted_agent_loses_allocations_it_does_not_run() {
             running_allocs: vec![kept],
             drain_reason: String::new(),
             now_ms: 9,
+            step_addr: String::new(),
         },
         &mut dirty,
     );
@@ -439,6 +441,7 @@ fn gpu_jobs_get_distinct_devices_and_policy_limits_are_rechecked() {
             running_allocs: Vec::new(),
             drain_reason: String::new(),
             now_ms: 1,
+            step_addr: String::new(),
         },
         &mut dirty,
     );
@@ -724,6 +727,7 @@ fn an_agent_drained_host_takes_no_work_until_it_registers_clean() {
         running_allocs: Vec::new(),
         drain_reason: drain_reason.into(),
         now_ms: 1,
+        step_addr: String::new(),
     };
     let why = "declared 8 gpus of type h100, discovered 4 gpus of type h100";
     assert_eq!(

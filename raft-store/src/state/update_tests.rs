@@ -27,6 +27,7 @@ fn state() -> SmState {
             running_allocs: Vec::new(),
             drain_reason: String::new(),
             now_ms: 1,
+            step_addr: String::new(),
         },
         &mut Dirty::default(),
     );

@@ -101,6 +101,7 @@ fn register(name: &str) -> Command {
         agent_restarted: false,
         running_allocs: Vec::new(),
         drain_reason: String::new(),
+        step_addr: String::new(),
         now_ms: 5,
     }
 }

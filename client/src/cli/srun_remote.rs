@@ -1,0 +1,286 @@
+//! srun's tasks on the job's other hosts: each host's agent starts them
+//! (`StepService.RunTasks`, at the address in `BERTH_STEP_AGENTS`, with
+//! the allocation's `BERTH_STEP_CREDENTIAL`) and streams their output
+//! back; srun writes it out line by line per task (as it comes with
+//! `--unbuffered`), or into the `-o`/`-e` files, and reports each task's
+//! end. Dropping a call's stream makes that agent kill its tasks.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use berth_proto::agent::step_service_client::StepServiceClient;
+use berth_proto::agent::{RunTasksRequest, TaskOutput};
+use tonic::Streaming;
+
+use super::srun::{open_output, Layout, SrunArgs, StepPlace};
+
+/// Limit on connecting to one host's agent and having its tasks started.
+pub const STEP_START_TIMEOUT_MS: u64 = 10_000;
+
+/// A host whose agent is running its share of the step.
+pub struct RemoteHost {
+    host: String,
+    stream: Streaming<TaskOutput>,
+}
+
+/// `HOST=ADDR,...` as the agent wrote it into the job's environment.
+pub fn parse_step_agents(text: &str) -> Result<HashMap<String, String>> {
+    let mut map = HashMap::new();
+    for item in text.split(',').filter(|s| !s.is_empty()) {
+        let (host, addr) = item
+            .split_once('=')
+            .with_context(|| format!("BERTH_STEP_AGENTS item {item:?} is not HOST=ADDR"))?;
+        map.insert(host.to_string(), addr.to_string());
+    }
+    Ok(map)
+}
+
+/// Asks every other host of the step to start its tasks; fails, starting
+/// nothing more, at the first that cannot (the streams already open are
+/// dropped, so their agents kill what they started).
+pub async fn start(
+    args: &SrunArgs,
+    place: &StepPlace,
+    layout: &Layout,
+    shared: &[(String, String)],
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<RemoteHost>> {
+    let others: Vec<usize> = (0..layout.tasks.len()).filter(|&i| i != place.here).collect();
+    if others.is_empty() {
+        return Ok(Vec::new());
+    }
+    let agents = parse_step_agents(&env("BERTH_STEP_AGENTS").unwrap_or_default())?;
+    let job_id: u64 = place
+        .job_id
+        .parse()
+        .with_context(|| format!("SLURM_JOB_ID={} is not a number", place.job_id))?;
+    let alloc_id: u64 = env("BERTH_ALLOC_ID")
+        .context("BERTH_ALLOC_ID is not set: this job was not started by a Berth agent")?
+        .parse()
+        .context("BERTH_ALLOC_ID is not a number")?;
+    let credential = env("BERTH_STEP_CREDENTIAL").unwrap_or_default();
+    let cwd = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_default();
+    // srun's environment travels with the tasks, as in Slurm.
+    let mut task_env: HashMap<String, String> = std::env::vars().collect();
+    task_env.extend(shared.iter().cloned());
+    let mut started = Vec::with_capacity(others.len());
+    for i in others {
+        let host = &place.hosts[i];
+        let Some(addr) = agents.get(host) else {
+            bail!(
+                "no step address for host {host}: its agent serves no steps (step_listen) or registered none"
+            );
+        };
+        let request = RunTasksRequest {
+            job_id,
+            alloc_id,
+            credential: credential.clone(),
+            step_id: place.step_id,
+            argv: args.command.clone(),
+            env: task_env.clone(),
+            cwd: cwd.clone(),
+            tasks: layout.tasks[i].clone(),
+            node_id: u32::try_from(i).unwrap_or(u32::MAX),
+        };
+        let opened = tokio::time::timeout(
+            Duration::from_millis(STEP_START_TIMEOUT_MS),
+            open(addr, request),
+        )
+        .await;
+        let stream = match opened {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => bail!("{host} ({addr}): {e}"),
+            Err(_) => bail!("{host} ({addr}): no answer in {STEP_START_TIMEOUT_MS} ms"),
+        };
+        started.push(RemoteHost {
+            host: host.clone(),
+            stream,
+        });
+    }
+    Ok(started)
+}
+
+async fn open(addr: &str, request: RunTasksRequest) -> Result<Streaming<TaskOutput>> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .with_context(|| format!("invalid step address {addr:?}"))?
+        .connect_timeout(Duration::from_millis(STEP_START_TIMEOUT_MS))
+        .connect()
+        .await
+        .context("cannot connect to its agent")?;
+    let mut client = StepServiceClient::new(channel)
+        .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
+    let response = client
+        .run_tasks(request)
+        .await
+        .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
+    Ok(response.into_inner())
+}
+
+/// Where one task's output goes.
+enum Sink {
+    /// srun's own stdout or stderr, whole lines at a time unless
+    /// unbuffered (`pending` holds a line not yet ended).
+    Terminal { stderr: bool, pending: Vec<u8> },
+    File(std::fs::File),
+}
+
+impl Sink {
+    fn write(&mut self, data: &[u8], unbuffered: bool) {
+        match self {
+            Sink::File(f) => {
+                let _ = f.write_all(data);
+            }
+            Sink::Terminal { stderr, pending } => {
+                pending.extend_from_slice(data);
+                let upto = if unbuffered {
+                    pending.len()
+                } else {
+                    pending.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+                };
+                if upto > 0 {
+                    emit(*stderr, &pending[..upto]);
+                    pending.drain(..upto);
+                }
+            }
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Sink::Terminal { stderr, pending } = self {
+            if !pending.is_empty() {
+                emit(*stderr, pending);
+                pending.clear();
+            }
+        }
+    }
+}
+
+fn emit(stderr: bool, bytes: &[u8]) {
+    if stderr {
+        let mut e = std::io::stderr().lock();
+        let _ = e.write_all(bytes);
+        let _ = e.flush();
+    } else {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(bytes);
+        let _ = o.flush();
+    }
+}
+
+/// Relays the other hosts' output until all their tasks ended; returns
+/// the highest exit code among them (1 for a task that could not start
+/// or a host that went away).
+pub async fn finish(hosts: Vec<RemoteHost>, args: SrunArgs, place: StepPlace) -> i32 {
+    let mut joins = tokio::task::JoinSet::new();
+    for h in hosts {
+        joins.spawn(relay(h, args.clone(), place.clone()));
+    }
+    let mut worst = 0;
+    while let Some(done) = joins.join_next().await {
+        worst = worst.max(done.unwrap_or(1));
+    }
+    worst
+}
+
+async fn relay(mut h: RemoteHost, args: SrunArgs, place: StepPlace) -> i32 {
+    let mut sinks: HashMap<(u32, u32), Sink> = HashMap::new();
+    let mut worst = 0;
+    loop {
+        let message = match h.stream.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(s) => {
+                eprintln!("srun: error: {}: lost contact with its tasks: {}", h.host, s.message());
+                worst = worst.max(1);
+                break;
+            }
+        };
+        if message.exited {
+            for ((task, _), sink) in sinks.iter_mut() {
+                if *task == message.task {
+                    sink.flush();
+                }
+            }
+            if !message.launch_error.is_empty() {
+                eprintln!(
+                    "srun: error: {}: task {}: {}",
+                    h.host, message.task, message.launch_error
+                );
+            } else if message.exit_code != 0 {
+                eprintln!(
+                    "srun: error: {}: task {}: Exited with exit code {}",
+                    h.host, message.task, message.exit_code
+                );
+            }
+            worst = worst.max(message.exit_code.max(i32::from(!message.launch_error.is_empty())));
+            continue;
+        }
+        let stream = message.stream;
+        let sink = sinks.entry((message.task, stream)).or_insert_with(|| {
+            let pattern = if stream == 2 {
+                args.error.as_ref().or(args.output.as_ref())
+            } else {
+                args.output.as_ref()
+            };
+            match pattern.map(|p| open_output(p, message.task, &place)) {
+                Some(Ok(f)) => Sink::File(f),
+                Some(Err(e)) => {
+                    eprintln!("srun: error: {e:#}");
+                    Sink::Terminal {
+                        stderr: stream == 2,
+                        pending: Vec::new(),
+                    }
+                }
+                None => Sink::Terminal {
+                    stderr: stream == 2,
+                    pending: Vec::new(),
+                },
+            }
+        });
+        sink.write(&message.data, args.unbuffered);
+    }
+    for sink in sinks.values_mut() {
+        sink.flush();
+    }
+    worst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_agents_parse() {
+        let m = parse_step_agents("n1=127.0.0.1:1,n2=10.0.0.2:6818").expect("ok");
+        assert_eq!(m.get("n2").map(String::as_str), Some("10.0.0.2:6818"));
+        assert!(parse_step_agents("").expect("empty").is_empty());
+        assert!(parse_step_agents("n1").is_err());
+    }
+
+    #[test]
+    fn terminal_output_is_passed_on_in_whole_lines() {
+        let mut sink = Sink::Terminal {
+            stderr: false,
+            pending: Vec::new(),
+        };
+        sink.write(b"par", false);
+        match &sink {
+            Sink::Terminal { pending, .. } => assert_eq!(pending, b"par"),
+            Sink::File(_) => unreachable!(),
+        }
+        sink.write(b"tial\nnext", false);
+        match &sink {
+            Sink::Terminal { pending, .. } => assert_eq!(pending, b"next"),
+            Sink::File(_) => unreachable!(),
+        }
+        sink.write(b"", true);
+        match &sink {
+            Sink::Terminal { pending, .. } => assert!(pending.is_empty()),
+            Sink::File(_) => unreachable!(),
+        }
+    }
+}
