@@ -125,8 +125,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             let bound = listener
                 .local_addr()
                 .map_err(|e| AgentError::StepListen(listen, e))?;
-            let addr =
-                crate::steps::advertised_addr(config.step_advertise.as_deref(), bound, &config.host);
+            let addr = crate::steps::advertised_addr(
+                config.step_advertise.as_deref(),
+                bound,
+                &config.host,
+            );
             tracing::info!(listen = %bound, advertised = %addr, "step service listening");
             let ctx = crate::steps::StepContext {
                 host: config.host.clone(),
@@ -135,10 +138,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 allow_root_jobs: config.jobs.allow_root_jobs,
                 desired: desired_tx.subscribe(),
             };
-            (
-                addr,
-                Some(tokio::spawn(crate::steps::serve(listener, ctx))),
-            )
+            (addr, Some(tokio::spawn(crate::steps::serve(listener, ctx))))
         }
     };
 

@@ -68,7 +68,13 @@ mod tests {
 
     #[test]
     fn malformed_credentials_are_refused() {
-        for bad in ["", "zz", &"g".repeat(64), &"a".repeat(63), "é".repeat(32).as_str()] {
+        for bad in [
+            "",
+            "zz",
+            &"g".repeat(64),
+            &"a".repeat(63),
+            "é".repeat(32).as_str(),
+        ] {
             assert!(
                 matches!(verify(SECRET, 1, 1, bad), Err(AuthError::BadStepCredential)),
                 "{bad:?}"

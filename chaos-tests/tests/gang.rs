@@ -210,7 +210,9 @@ async fn srun_in_a_two_host_job_runs_a_task_on_each_host() {
         "{output}"
     );
     assert!(
-        output.contains(&format!("srun: error: {h1}: task 1: Exited with exit code 4")),
+        output.contains(&format!(
+            "srun: error: {h1}: task 1: Exited with exit code 4"
+        )),
         "{output}"
     );
     assert!(output.contains("srun exit 4"), "{output}");

@@ -95,10 +95,7 @@ pub async fn run(step: Step, mut desired: watch::Receiver<Option<AssignmentSet>>
     for (local, &task) in step.request.tasks.iter().enumerate() {
         match spawn(&step, task, local) {
             Ok(child) => {
-                let pgid = child
-                    .id()
-                    .and_then(|p| i32::try_from(p).ok())
-                    .unwrap_or(0);
+                let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
                 groups.push(pgid);
                 waits.spawn(watch_task(task, pgid, child, out.clone()));
             }
@@ -249,8 +246,12 @@ fn spawn(step: &Step, task: u32, local: usize) -> std::io::Result<tokio::process
             None
         } else {
             Some(
-                CString::new(std::path::Path::new(&step.request.cwd).as_os_str().as_bytes())
-                    .map_err(|_| std::io::Error::other("cwd contains a NUL byte"))?,
+                CString::new(
+                    std::path::Path::new(&step.request.cwd)
+                        .as_os_str()
+                        .as_bytes(),
+                )
+                .map_err(|_| std::io::Error::other("cwd contains a NUL byte"))?,
             )
         },
     };
@@ -334,7 +335,11 @@ mod tests {
         assert_eq!(get("SLURM_NODEID"), ["1"]);
         assert_eq!(get("SLURMD_NODENAME"), ["n2"]);
         assert_eq!(get("SLURM_NTASKS"), ["4"]);
-        assert_eq!(get("CUDA_VISIBLE_DEVICES"), ["2,3"], "this host's, not srun's");
+        assert_eq!(
+            get("CUDA_VISIBLE_DEVICES"),
+            ["2,3"],
+            "this host's, not srun's"
+        );
         let without_gpus = Step {
             alloc: Assignment::default(),
             ..step

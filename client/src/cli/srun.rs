@@ -353,8 +353,16 @@ mod tests {
         );
         for bad in [
             vec![("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "x")],
-            vec![("SLURM_JOB_ID", "7"), ("SLURM_JOB_NUM_NODES", "3"), ("BERTH_NODELIST", "a,b")],
-            vec![("SLURM_JOB_ID", "7"), ("BERTH_NODELIST", "a"), ("SLURM_NODEID", "1")],
+            vec![
+                ("SLURM_JOB_ID", "7"),
+                ("SLURM_JOB_NUM_NODES", "3"),
+                ("BERTH_NODELIST", "a,b"),
+            ],
+            vec![
+                ("SLURM_JOB_ID", "7"),
+                ("BERTH_NODELIST", "a"),
+                ("SLURM_NODEID", "1"),
+            ],
         ] {
             assert!(step_place(&env(&bad)).is_err(), "{bad:?}");
         }
@@ -380,7 +388,10 @@ mod tests {
         assert_eq!(ranks(&l), vec![vec![0], vec![1], vec![2]]);
         assert_eq!(l.tasks_per_node(), "1(x3)");
         // -n alone: as many hosts as tasks, up to the job's.
-        assert_eq!(ranks(&layout(&args(None, Some(1), None), 3).expect("ok")), vec![vec![0]]);
+        assert_eq!(
+            ranks(&layout(&args(None, Some(1), None), 3).expect("ok")),
+            vec![vec![0]]
+        );
         let l = layout(&args(None, Some(5), None), 2).expect("ok");
         assert_eq!(ranks(&l), vec![vec![0, 1, 2], vec![3, 4]]);
         assert_eq!(l.tasks_per_node(), "3,2");
@@ -401,10 +412,22 @@ mod tests {
         for (a, hosts, want) in [
             (args(Some(3), None, None), 2, "-N 3: the job has 2 host(s)"),
             (args(Some(0), None, None), 2, "-N 0"),
-            (args(Some(2), Some(1), None), 2, "cannot run 1 task(s) on 2 hosts"),
+            (
+                args(Some(2), Some(1), None),
+                2,
+                "cannot run 1 task(s) on 2 hosts",
+            ),
             (args(None, Some(0), None), 1, "invalid number of tasks 0"),
-            (args(None, Some(2000), None), 1, "invalid number of tasks 2000"),
-            (args(Some(2), Some(5), Some(2)), 2, "above --ntasks-per-node 2"),
+            (
+                args(None, Some(2000), None),
+                1,
+                "invalid number of tasks 2000",
+            ),
+            (
+                args(Some(2), Some(5), Some(2)),
+                2,
+                "above --ntasks-per-node 2",
+            ),
         ] {
             let err = layout(&a, hosts).expect_err(want).to_string();
             assert!(err.contains(want), "{err} !~ {want}");
@@ -423,7 +446,11 @@ mod tests {
         let a = args(None, Some(3), None);
         let l = layout(&a, 2).expect("ok");
         let env = step_env(&a, &place, &l);
-        let get = |k: &str| env.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        let get = |k: &str| {
+            env.iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        };
         assert_eq!(get("SLURM_NTASKS"), Some("3"));
         assert_eq!(get("SLURM_STEP_NUM_NODES"), Some("2"));
         assert_eq!(get("SLURM_STEP_NODELIST"), Some("n[1-2]"));

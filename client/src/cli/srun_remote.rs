@@ -47,7 +47,9 @@ pub async fn start(
     shared: &[(String, String)],
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Vec<RemoteHost>> {
-    let others: Vec<usize> = (0..layout.tasks.len()).filter(|&i| i != place.here).collect();
+    let others: Vec<usize> = (0..layout.tasks.len())
+        .filter(|&i| i != place.here)
+        .collect();
     if others.is_empty() {
         return Ok(Vec::new());
     }
@@ -111,8 +113,8 @@ async fn open(addr: &str, request: RunTasksRequest) -> Result<Streaming<TaskOutp
         .connect()
         .await
         .context("cannot connect to its agent")?;
-    let mut client = StepServiceClient::new(channel)
-        .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
+    let mut client =
+        StepServiceClient::new(channel).max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
     let response = client
         .run_tasks(request)
         .await
@@ -124,7 +126,10 @@ async fn open(addr: &str, request: RunTasksRequest) -> Result<Streaming<TaskOutp
 enum Sink {
     /// srun's own stdout or stderr, whole lines at a time unless
     /// unbuffered (`pending` holds a line not yet ended).
-    Terminal { stderr: bool, pending: Vec<u8> },
+    Terminal {
+        stderr: bool,
+        pending: Vec<u8>,
+    },
     File(std::fs::File),
 }
 
@@ -139,7 +144,10 @@ impl Sink {
                 let upto = if unbuffered {
                     pending.len()
                 } else {
-                    pending.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+                    pending
+                        .iter()
+                        .rposition(|&b| b == b'\n')
+                        .map_or(0, |i| i + 1)
                 };
                 if upto > 0 {
                     emit(*stderr, &pending[..upto]);
@@ -194,7 +202,11 @@ async fn relay(mut h: RemoteHost, args: SrunArgs, place: StepPlace) -> i32 {
             Ok(Some(m)) => m,
             Ok(None) => break,
             Err(s) => {
-                eprintln!("srun: error: {}: lost contact with its tasks: {}", h.host, s.message());
+                eprintln!(
+                    "srun: error: {}: lost contact with its tasks: {}",
+                    h.host,
+                    s.message()
+                );
                 worst = worst.max(1);
                 break;
             }
@@ -216,7 +228,11 @@ async fn relay(mut h: RemoteHost, args: SrunArgs, place: StepPlace) -> i32 {
                     h.host, message.task, message.exit_code
                 );
             }
-            worst = worst.max(message.exit_code.max(i32::from(!message.launch_error.is_empty())));
+            worst = worst.max(
+                message
+                    .exit_code
+                    .max(i32::from(!message.launch_error.is_empty())),
+            );
             continue;
         }
         let stream = message.stream;

@@ -341,6 +341,12 @@ fn member_hosts_list_the_gang_and_agents_register_where_steps_reach_them() {
     assert!(s.members_on("h3").is_empty());
     // A cancel committed: the member no longer lists it, so its agent
     // stops any task of it.
-    apply(&mut s, Command::CancelJob { job_id: 1, now_ms: 60 });
+    apply(
+        &mut s,
+        Command::CancelJob {
+            job_id: 1,
+            now_ms: 60,
+        },
+    );
     assert!(s.members_on("h2").is_empty());
 }

@@ -1,0 +1,235 @@
+//! The step service in one process: who may start tasks, what they see,
+//! and that they end with their allocation or with the srun that asked.
+//! Real processes; every wait has a deadline.
+
+use std::path::Path;
+use std::time::Duration;
+
+use berth_agent::steps::{StepContext, StepServer};
+use berth_agent::user::JobUser;
+use berth_proto::agent::step_service_server::StepService;
+use berth_proto::agent::{Assignment, AssignmentSet, RunTasksRequest, TaskOutput};
+use berth_proto::api::JobSpec;
+use tokio::sync::watch;
+use tokio_stream::StreamExt as _;
+use tonic::{Code, Request};
+
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn member(job_id: u64, alloc_id: u64) -> Assignment {
+    Assignment {
+        job_id,
+        alloc_id,
+        spec: Some(JobSpec {
+            user: "alice".into(),
+            ..Default::default()
+        }),
+        gpu_indices: vec![1],
+        stop_grace_s: 1,
+        ..Default::default()
+    }
+}
+
+fn server(set: AssignmentSet) -> (StepServer, watch::Sender<Option<AssignmentSet>>) {
+    let (tx, rx) = watch::channel(Some(set));
+    let server = StepServer::new(StepContext {
+        host: "n2".into(),
+        secret: Some(SECRET.to_vec()),
+        job_user: JobUser::Agent,
+        allow_root_jobs: true,
+        desired: rx,
+    });
+    (server, tx)
+}
+
+fn members(list: Vec<Assignment>) -> AssignmentSet {
+    AssignmentSet {
+        applied_index: 1,
+        members: list,
+        ..Default::default()
+    }
+}
+
+fn request(script: &str, dir: &Path) -> RunTasksRequest {
+    RunTasksRequest {
+        job_id: 7,
+        alloc_id: 70,
+        credential: berth_auth::step::issue(SECRET, 7, 70).expect("credential"),
+        step_id: 0,
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        env: [("PATH".to_string(), "/usr/bin:/bin".to_string())].into(),
+        cwd: dir.display().to_string(),
+        tasks: vec![2, 3],
+        node_id: 1,
+    }
+}
+
+/// Every message until the stream ends, within the deadline.
+async fn drain(
+    mut stream: impl tokio_stream::Stream<Item = Result<TaskOutput, tonic::Status>> + Unpin,
+) -> Vec<TaskOutput> {
+    let mut all = Vec::new();
+    tokio::time::timeout(DEADLINE, async {
+        while let Some(m) = stream.next().await {
+            all.push(m.expect("message"));
+        }
+    })
+    .await
+    .expect("the stream ends before the deadline");
+    all
+}
+
+fn exits(all: &[TaskOutput]) -> Vec<(u32, i32, i32)> {
+    let mut v: Vec<(u32, i32, i32)> = all
+        .iter()
+        .filter(|m| m.exited)
+        .map(|m| (m.task, m.exit_code, m.signal))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+fn output_of(all: &[TaskOutput], task: u32) -> String {
+    let bytes: Vec<u8> = all
+        .iter()
+        .filter(|m| m.task == task && m.stream == 1)
+        .flat_map(|m| m.data.clone())
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_run_with_their_rank_and_this_hosts_devices_and_report_their_exits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, _tx) = server(members(vec![member(7, 70)]));
+    let script = "echo $SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES $(pwd); exit $SLURM_PROCID";
+    let response = server
+        .run_tasks(Request::new(request(script, dir.path())))
+        .await
+        .expect("started");
+    let all = drain(response.into_inner()).await;
+    let cwd = dir
+        .path()
+        .canonicalize()
+        .expect("canonical")
+        .display()
+        .to_string();
+    assert_eq!(output_of(&all, 2), format!("2 0 1 n2 1 {cwd}\n"));
+    assert_eq!(output_of(&all, 3), format!("3 1 1 n2 1 {cwd}\n"));
+    assert_eq!(exits(&all), vec![(2, 2, 0), (3, 3, 0)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_listed_allocation_with_its_credential_takes_tasks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, _tx) = server(members(vec![member(7, 70)]));
+    let refused = |r: RunTasksRequest| {
+        let server = &server;
+        async move {
+            match server.run_tasks(Request::new(r)).await {
+                Ok(_) => panic!("started without the right to"),
+                Err(status) => status,
+            }
+        }
+    };
+    let wrong = RunTasksRequest {
+        credential: berth_auth::step::issue(SECRET, 7, 71).expect("credential"),
+        ..request("true", dir.path())
+    };
+    assert_eq!(refused(wrong).await.code(), Code::PermissionDenied);
+    let none = RunTasksRequest {
+        credential: String::new(),
+        ..request("true", dir.path())
+    };
+    assert_eq!(refused(none).await.code(), Code::PermissionDenied);
+    // A credential for an allocation this host does not hold.
+    let elsewhere = RunTasksRequest {
+        alloc_id: 71,
+        credential: berth_auth::step::issue(SECRET, 7, 71).expect("credential"),
+        ..request("true", dir.path())
+    };
+    let status = refused(elsewhere).await;
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(
+        status.message().contains("does not hold host n2"),
+        "{status:?}"
+    );
+}
+
+/// Waits until `path` holds a pid, then returns it.
+async fn pid_in(path: &Path) -> i32 {
+    tokio::time::timeout(DEADLINE, async {
+        loop {
+            if let Some(pid) = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+            {
+                return pid;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the task wrote its pid")
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_stop_when_their_allocation_leaves_this_host() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, tx) = server(members(vec![member(7, 70)]));
+    let pid_file = dir.path().join("pid");
+    let script = format!(
+        "trap 'echo got TERM; exit 9' TERM; echo $$ > {}; while :; do sleep 0.05; done",
+        pid_file.display()
+    );
+    let r = RunTasksRequest {
+        tasks: vec![0],
+        ..request(&script, dir.path())
+    };
+    let response = server.run_tasks(Request::new(r)).await.expect("started");
+    let mut stream = response.into_inner();
+    // The trap is set once the pid is written.
+    pid_in(&pid_file).await;
+    tx.send_replace(Some(members(Vec::new())));
+    let mut all = Vec::new();
+    tokio::time::timeout(DEADLINE, async {
+        while let Some(m) = stream.next().await {
+            all.push(m.expect("message"));
+        }
+    })
+    .await
+    .expect("the stream ends");
+    assert_eq!(output_of(&all, 0), "got TERM\n");
+    assert_eq!(exits(&all), vec![(0, 9, 0)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_die_with_the_srun_that_started_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, _tx) = server(members(vec![member(7, 70)]));
+    let pid_file = dir.path().join("pid");
+    let r = RunTasksRequest {
+        tasks: vec![0],
+        ..request(
+            &format!("echo $$ > {}; exec sleep 60", pid_file.display()),
+            dir.path(),
+        )
+    };
+    let response = server.run_tasks(Request::new(r)).await.expect("started");
+    let pid = pid_in(&pid_file).await;
+    assert!(alive(pid));
+    drop(response);
+    tokio::time::timeout(DEADLINE, async {
+        while alive(pid) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the task is killed once srun's stream is gone");
+}
