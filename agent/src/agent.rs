@@ -106,8 +106,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // Jobs an earlier agent process left are re-adopted before the first
     // Register, which lists them as running.
+    let launch = launch_context(&config)?;
+    let instance = launch.instance.clone();
     let mut supervisor = Supervisor::new(
-        launch_context(&config)?,
+        launch,
         Duration::from_secs(config.stop_grace_s),
         outbox.clone(),
         running_tx,
@@ -137,11 +139,18 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 job_user: config.jobs.job_user,
                 allow_root_jobs: config.jobs.allow_root_jobs,
                 desired: desired_tx.subscribe(),
+                instance: instance.clone(),
             };
             (addr, Some(tokio::spawn(crate::steps::serve(listener, ctx))))
         }
     };
 
+    // Step tasks an earlier agent process left behind end with their
+    // allocation, served or not.
+    let sweep_task = tokio::spawn(crate::steps::sweep_on_changes(
+        desired_tx.subscribe(),
+        instance,
+    ));
     let session_task = tokio::spawn(session::run(
         SessionConfig {
             step_addr,
@@ -176,6 +185,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     session_task.abort();
     sender_task.abort();
+    sweep_task.abort();
     if let Some(task) = step_task {
         task.abort();
     }

@@ -125,8 +125,17 @@ pub const ENVIRON_BYTES_MAX: u64 = 1 << 20;
 /// (`env -i`) and left the group is not found: that is the limit of the
 /// fallback.
 pub fn tagged_processes(tag: &str) -> Vec<i32> {
-    use std::io::Read;
     let tag = format!("BERTH_JOB_TAG={tag}");
+    processes_with_env_var(|var| (var == tag.as_bytes()).then_some(()))
+        .into_iter()
+        .map(|(pid, ())| pid)
+        .collect()
+}
+
+/// Processes (other than this one) with an environment variable (`NAME=
+/// VALUE` bytes) that `pick` recognises, with what it made of it.
+pub fn processes_with_env_var<T>(pick: impl Fn(&[u8]) -> Option<T>) -> Vec<(i32, T)> {
+    use std::io::Read;
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -149,9 +158,8 @@ pub fn tagged_processes(tag: &str) -> Vec<i32> {
         if read.is_err() {
             continue;
         }
-        let hit = env.split(|&b| b == 0).any(|var| var == tag.as_bytes());
-        if hit {
-            found.push(pid);
+        if let Some(hit) = env.split(|&b| b == 0).find_map(&pick) {
+            found.push((pid, hit));
         }
     }
     found

@@ -39,6 +39,7 @@ fn server(set: AssignmentSet) -> (StepServer, watch::Sender<Option<AssignmentSet
         job_user: JobUser::Agent,
         allow_root_jobs: true,
         desired: rx,
+        instance: format!("t{}", std::process::id()),
     });
     (server, tx)
 }
@@ -232,4 +233,48 @@ async fn tasks_die_with_the_srun_that_started_them() {
     })
     .await
     .expect("the task is killed once srun's stream is gone");
+}
+
+/// Whether `child` is still running (a child reaped elsewhere is gone).
+fn running(child: &mut std::process::Child) -> bool {
+    matches!(child.try_wait(), Ok(None))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_earlier_agents_step_tasks_end_with_their_allocation() {
+    let instance = format!("sweep{}", std::process::id());
+    let me = std::process::id();
+    let spawn = |tag: String| {
+        std::process::Command::new("sleep")
+            .arg("60")
+            .env("BERTH_STEP_TAG", tag)
+            .spawn()
+            .expect("spawn sleep")
+    };
+    // Left by an earlier agent process (pid 1 stands for a dead one):
+    // allocation 5 still listed, allocation 6 gone; and one of this
+    // process's own live calls, whose call ends it itself.
+    let mut listed_left = spawn(format!("{instance}.5.1.0"));
+    let mut gone_left = spawn(format!("{instance}.6.1.0"));
+    let mut own_call = spawn(format!("{instance}.6.{me}.0"));
+    let mut other_instance = spawn(format!("{instance}x.6.1.0"));
+    let listed: std::collections::BTreeSet<u64> = [5].into();
+    let killed = berth_agent::steps::sweep_leftovers(&instance, &listed);
+    assert_eq!(killed, 1);
+    tokio::time::timeout(DEADLINE, async {
+        while running(&mut gone_left) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the leftover of a gone allocation is killed");
+    for (what, child) in [
+        ("listed", &mut listed_left),
+        ("own call", &mut own_call),
+        ("other instance", &mut other_instance),
+    ] {
+        assert!(running(child), "{what} must be left alone");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }

@@ -11,10 +11,14 @@
 //! allocation: killed when it leaves this host's set (after the stop
 //! grace) or when srun goes away.
 
+mod sweep;
 mod task;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+pub use sweep::{sweep_leftovers, sweep_on_changes, STEP_TAG_VAR};
 
 use berth_proto::agent::step_service_server::StepService;
 use berth_proto::agent::{Assignment, AssignmentSet, RunTasksRequest, TaskOutput};
@@ -44,15 +48,24 @@ pub struct StepContext {
     pub allow_root_jobs: bool,
     /// The latest assignment set (published by the session).
     pub desired: watch::Receiver<Option<AssignmentSet>>,
+    /// The agent's token on this machine (see `StateDir::instance`): step
+    /// tasks carry it in their tag, so a later agent process finds what an
+    /// earlier one left.
+    pub instance: String,
 }
 
 pub struct StepServer {
     ctx: Arc<StepContext>,
+    /// Numbers calls, so each call's tasks have a tag of their own.
+    calls: AtomicU64,
 }
 
 impl StepServer {
     pub fn new(ctx: StepContext) -> StepServer {
-        StepServer { ctx: Arc::new(ctx) }
+        StepServer {
+            ctx: Arc::new(ctx),
+            calls: AtomicU64::new(0),
+        }
     }
 }
 
@@ -141,7 +154,9 @@ impl StepService for StepServer {
         let run_as = crate::user::resolve(user, ctx.job_user, ctx.allow_root_jobs)
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
         let (tx, rx) = mpsc::channel(STEP_OUTPUT_BUFFER);
+        let call = self.calls.fetch_add(1, Ordering::Relaxed);
         let step = task::Step {
+            tag: sweep::tag(&ctx.instance, r.alloc_id, std::process::id(), call),
             host: ctx.host.clone(),
             request: r,
             alloc,

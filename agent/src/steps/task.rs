@@ -39,6 +39,8 @@ type Out = mpsc::Sender<Result<TaskOutput, Status>>;
 
 /// What one call runs.
 pub struct Step {
+    /// `BERTH_STEP_TAG` of this call's tasks (see `sweep`).
+    pub tag: String,
     pub host: String,
     pub request: RunTasksRequest,
     /// The allocation as this host's set lists it.
@@ -62,6 +64,7 @@ pub fn task_env(step: &Step, task: u32, local: usize) -> Vec<(String, String)> {
     set("SLURM_LOCALID", local.to_string());
     set("SLURM_NODEID", step.request.node_id.to_string());
     set("SLURMD_NODENAME", step.host.clone());
+    set(super::STEP_TAG_VAR, step.tag.clone());
     let a = &step.alloc;
     if !a.gpu_indices.is_empty() {
         let list = a
@@ -147,6 +150,9 @@ pub async fn run(step: Step, mut desired: watch::Receiver<Option<AssignmentSet>>
             }
         }
     }
+    // What left its task's group (setsid, daemons) ends with the step too.
+    let tag = step.tag.clone();
+    let _ = tokio::task::spawn_blocking(move || super::sweep::kill_tagged(&tag)).await;
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {
@@ -322,6 +328,7 @@ mod tests {
                 ..Default::default()
             },
             run_as: None,
+            tag: "i.5.100.0".into(),
         };
         let env = task_env(&step, 3, 1);
         let get = |k: &str| {
