@@ -97,9 +97,10 @@ pub fn job_env(a: &Assignment, facts: &EnvFacts<'_>) -> Vec<(String, String)> {
         set("BERTH_EMULATOR_UNITS", a.emulator_units.to_string());
         set("BERTH_EMULATOR_KIND", a.emulator_kind.clone());
     }
-    if hosts.len() > 1 {
-        // Where srun starts the tasks of a step across the hosts.
-        set("BERTH_STEP_AGENTS", step_agents(&hosts, &a.step_addrs));
+    let agents = step_agents(&hosts, &a.step_addrs);
+    if !agents.is_empty() {
+        // Where srun numbers its steps and starts their tasks.
+        set("BERTH_STEP_AGENTS", agents);
         if let Some(credential) = facts.step_credential {
             set("BERTH_STEP_CREDENTIAL", credential.to_string());
         }

@@ -278,3 +278,43 @@ async fn an_earlier_agents_step_tasks_end_with_their_allocation() {
         let _ = child.wait();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_are_numbered_per_allocation_for_its_credential_holder() {
+    let (server, tx) = server(members(vec![member(7, 70), member(8, 80)]));
+    let ask = |job_id: u64, alloc_id: u64, credential: String| {
+        let server = &server;
+        async move {
+            server
+                .next_step_id(Request::new(berth_proto::agent::NextStepIdRequest {
+                    job_id,
+                    alloc_id,
+                    credential,
+                }))
+                .await
+                .map(|r| r.into_inner().step_id)
+        }
+    };
+    let cred =
+        |job_id, alloc_id| berth_auth::step::issue(SECRET, job_id, alloc_id).expect("credential");
+    assert_eq!(ask(7, 70, cred(7, 70)).await.expect("ok"), 0);
+    assert_eq!(ask(7, 70, cred(7, 70)).await.expect("ok"), 1);
+    assert_eq!(
+        ask(8, 80, cred(8, 80)).await.expect("ok"),
+        0,
+        "per allocation"
+    );
+    assert_eq!(ask(7, 70, cred(7, 70)).await.expect("ok"), 2);
+    let refused = ask(7, 70, cred(8, 80))
+        .await
+        .expect_err("another's credential");
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    // Job 7 is requeued: its new allocation counts from 0.
+    tx.send_replace(Some(members(vec![member(7, 71), member(8, 80)])));
+    assert_eq!(
+        ask(7, 70, cred(7, 70)).await.expect_err("ended").code(),
+        Code::FailedPrecondition
+    );
+    assert_eq!(ask(7, 71, cred(7, 71)).await.expect("ok"), 0);
+    assert_eq!(ask(8, 80, cred(8, 80)).await.expect("ok"), 1);
+}

@@ -143,7 +143,8 @@ fn nodelist(hosts: &[String]) -> String {
 /// srun inside a 2-host job runs a step on both hosts: the batch host's
 /// task is srun's own child, the other host's is started by that host's
 /// agent, and every task's output comes back through srun into the job's
-/// output file, with Slurm's step variables. A failing remote task makes
+/// output file, with Slurm's step variables; each srun is a new step
+/// (0, 1, ...). A failing remote task makes
 /// srun fail with its exit code, named in srun's error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn srun_in_a_two_host_job_runs_a_task_on_each_host() {
@@ -162,7 +163,7 @@ async fn srun_in_a_two_host_job_runs_a_task_on_each_host() {
     std::os::unix::fs::symlink(tool("berth").expect("berth binary"), bin.join("srun"))
         .expect("srun link");
     let srun = bin.join("srun");
-    let task = "echo task $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME node $SLURM_NODEID";
+    let task = "echo task $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME node $SLURM_NODEID step $SLURM_STEP_ID";
     let script = format!(
         "{srun} sh -c '{task}' && {srun} -n 3 sh -c '{task}'; \
          {srun} sh -c 'exit $((SLURM_PROCID * 4))'; echo srun exit $?",
@@ -201,11 +202,11 @@ async fn srun_in_a_two_host_job_runs_a_task_on_each_host() {
     assert_eq!(
         lines,
         vec![
-            format!("task 0 of 2 on {h0} node 0"),
-            format!("task 0 of 3 on {h0} node 0"),
-            format!("task 1 of 2 on {h1} node 1"),
-            format!("task 1 of 3 on {h0} node 0"),
-            format!("task 2 of 3 on {h1} node 1"),
+            format!("task 0 of 2 on {h0} node 0 step 0"),
+            format!("task 0 of 3 on {h0} node 0 step 1"),
+            format!("task 1 of 2 on {h1} node 1 step 0"),
+            format!("task 1 of 3 on {h0} node 0 step 1"),
+            format!("task 2 of 3 on {h1} node 1 step 1"),
         ],
         "{output}"
     );

@@ -269,7 +269,7 @@ fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
 }
 
 /// One allocation as `host`'s agent sees it: the GPU devices it holds
-/// there, and every host's step address for a multi-host job's srun.
+/// there, and every host's step address for the job's srun.
 fn assignment(
     s: &berth_raft_store::SmState,
     r: &berth_raft_store::JobRecord,
@@ -294,20 +294,16 @@ fn assignment(
     } else {
         String::new()
     };
-    let step_addrs = if alloc.gang.is_empty() {
-        Vec::new()
-    } else {
-        alloc
-            .hosts()
-            .map(|h| {
-                s.data
-                    .hosts
-                    .get(h)
-                    .map(|rec| rec.step_addr.clone())
-                    .unwrap_or_default()
-            })
-            .collect()
-    };
+    let step_addrs = alloc
+        .hosts()
+        .map(|h| {
+            s.data
+                .hosts
+                .get(h)
+                .map(|rec| rec.step_addr.clone())
+                .unwrap_or_default()
+        })
+        .collect();
     Some(Assignment {
         job_id: r.job.id,
         alloc_id: alloc.alloc_id,

@@ -21,7 +21,9 @@ use std::sync::Arc;
 pub use sweep::{sweep_leftovers, sweep_on_changes, STEP_TAG_VAR};
 
 use berth_proto::agent::step_service_server::StepService;
-use berth_proto::agent::{Assignment, AssignmentSet, RunTasksRequest, TaskOutput};
+use berth_proto::agent::{
+    Assignment, AssignmentSet, NextStepIdRequest, NextStepIdResponse, RunTasksRequest, TaskOutput,
+};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -58,6 +60,11 @@ pub struct StepServer {
     ctx: Arc<StepContext>,
     /// Numbers calls, so each call's tasks have a tag of their own.
     calls: AtomicU64,
+    /// The next step id of each allocation listed here that has asked;
+    /// entries of allocations no longer listed are dropped at every ask,
+    /// so it holds at most the listed ones. In memory: a restarted agent
+    /// counts from 0 again.
+    step_ids: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
 }
 
 impl StepServer {
@@ -65,7 +72,29 @@ impl StepServer {
         StepServer {
             ctx: Arc::new(ctx),
             calls: AtomicU64::new(0),
+            step_ids: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    /// The allocation, when the caller holds its credential and this host
+    /// lists it.
+    fn authorized(
+        &self,
+        job_id: u64,
+        alloc_id: u64,
+        credential: &str,
+    ) -> Result<Assignment, Box<Status>> {
+        let ctx = &self.ctx;
+        if let Some(secret) = &ctx.secret {
+            berth_auth::step::verify(secret, job_id, alloc_id, credential)
+                .map_err(|e| Box::new(Status::permission_denied(e.to_string())))?;
+        }
+        listed(ctx.desired.borrow().as_ref(), job_id, alloc_id).ok_or_else(|| {
+            Box::new(Status::failed_precondition(format!(
+                "job {job_id} allocation {alloc_id} does not hold host {} (it ended, or this agent has not heard of it yet)",
+                ctx.host
+            )))
+        })
     }
 }
 
@@ -140,16 +169,9 @@ impl StepService for StepServer {
         let r = request.into_inner();
         check_request(&r).map_err(Status::invalid_argument)?;
         let ctx = &self.ctx;
-        if let Some(secret) = &ctx.secret {
-            berth_auth::step::verify(secret, r.job_id, r.alloc_id, &r.credential)
-                .map_err(|e| Status::permission_denied(e.to_string()))?;
-        }
-        let alloc = listed(ctx.desired.borrow().as_ref(), r.job_id, r.alloc_id).ok_or_else(|| {
-            Status::failed_precondition(format!(
-                "job {} allocation {} does not hold host {} (it ended, or this agent has not heard of it yet)",
-                r.job_id, r.alloc_id, ctx.host
-            ))
-        })?;
+        let alloc = self
+            .authorized(r.job_id, r.alloc_id, &r.credential)
+            .map_err(|e| *e)?;
         let user = alloc.spec.as_ref().map_or("", |s| s.user.as_str());
         let run_as = crate::user::resolve(user, ctx.job_user, ctx.allow_root_jobs)
             .map_err(|e| Status::failed_precondition(e.to_string()))?;
@@ -171,6 +193,31 @@ impl StepService for StepServer {
         );
         tokio::spawn(task::run(step, ctx.desired.clone(), tx));
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn next_step_id(
+        &self,
+        request: Request<NextStepIdRequest>,
+    ) -> Result<Response<NextStepIdResponse>, Status> {
+        let r = request.into_inner();
+        self.authorized(r.job_id, r.alloc_id, &r.credential)
+            .map_err(|e| *e)?;
+        let live = self
+            .ctx
+            .desired
+            .borrow()
+            .as_ref()
+            .map(sweep::listed_ids)
+            .unwrap_or_default();
+        let mut ids = self
+            .step_ids
+            .lock()
+            .map_err(|_| Status::internal("step counter lock poisoned"))?;
+        ids.retain(|alloc_id, _| live.contains(alloc_id));
+        let next = ids.entry(r.alloc_id).or_insert(0);
+        let step_id = *next;
+        *next = next.saturating_add(1);
+        Ok(Response::new(NextStepIdResponse { step_id }))
     }
 }
 

@@ -72,7 +72,7 @@ pub fn sweep_leftovers(instance: &str, listed: &BTreeSet<u64>) -> usize {
 }
 
 /// The allocations a set lists for this host.
-fn listed(set: &AssignmentSet) -> BTreeSet<u64> {
+pub(super) fn listed_ids(set: &AssignmentSet) -> BTreeSet<u64> {
     set.members
         .iter()
         .chain(set.assignments.iter())
@@ -88,7 +88,7 @@ pub async fn sweep_on_changes(
 ) {
     let mut last: Option<BTreeSet<u64>> = None;
     loop {
-        let now = desired.borrow_and_update().as_ref().map(listed);
+        let now = desired.borrow_and_update().as_ref().map(listed_ids);
         if let Some(now) = now {
             if last.as_ref() != Some(&now) {
                 let (inst, ids) = (instance.clone(), now.clone());

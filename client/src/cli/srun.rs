@@ -257,9 +257,19 @@ pub fn open_output(pattern: &str, task: u32, place: &StepPlace) -> Result<std::f
 
 pub async fn run(args: SrunArgs) -> Result<ExitCode> {
     let lookup = |name: &str| std::env::var(name).ok();
-    let Some(place) = step_place(&lookup)? else {
+    let Some(mut place) = step_place(&lookup)? else {
         bail!("srun outside a job allocation is not supported yet: Berth has no interactive allocations; submit with sbatch and call srun inside the script");
     };
+    // Steps are numbered by the batch host's agent, so two sruns of one
+    // script never share an id; without one, from the environment.
+    match srun_remote::next_step_id(&place, &lookup).await {
+        Ok(Some(id)) => place.step_id = id,
+        Ok(None) => {}
+        Err(e) => eprintln!(
+            "srun: warning: cannot number the step with the batch host's agent ({e:#}); it is step {}",
+            place.step_id
+        ),
+    }
     let layout = layout(&args, place.hosts.len())?;
     let shared = step_env(&args, &place, &layout);
     // The other hosts' tasks first: if any host cannot start them, no

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use berth_proto::agent::step_service_client::StepServiceClient;
-use berth_proto::agent::{RunTasksRequest, TaskOutput};
+use berth_proto::agent::{NextStepIdRequest, RunTasksRequest, TaskOutput};
 use tonic::Streaming;
 
 use super::srun::{open_output, Layout, SrunArgs, StepPlace};
@@ -54,15 +54,7 @@ pub async fn start(
         return Ok(Vec::new());
     }
     let agents = parse_step_agents(&env("BERTH_STEP_AGENTS").unwrap_or_default())?;
-    let job_id: u64 = place
-        .job_id
-        .parse()
-        .with_context(|| format!("SLURM_JOB_ID={} is not a number", place.job_id))?;
-    let alloc_id: u64 = env("BERTH_ALLOC_ID")
-        .context("BERTH_ALLOC_ID is not set: this job was not started by a Berth agent")?
-        .parse()
-        .context("BERTH_ALLOC_ID is not a number")?;
-    let credential = env("BERTH_STEP_CREDENTIAL").unwrap_or_default();
+    let (job_id, alloc_id, credential) = allocation(place, env)?;
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
@@ -106,16 +98,70 @@ pub async fn start(
     Ok(started)
 }
 
-async fn open(addr: &str, request: RunTasksRequest) -> Result<Streaming<TaskOutput>> {
+async fn client(addr: &str) -> Result<StepServiceClient<tonic::transport::Channel>> {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .with_context(|| format!("invalid step address {addr:?}"))?
         .connect_timeout(Duration::from_millis(STEP_START_TIMEOUT_MS))
         .connect()
         .await
         .context("cannot connect to its agent")?;
-    let mut client =
-        StepServiceClient::new(channel).max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
-    let response = client
+    Ok(StepServiceClient::new(channel).max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES))
+}
+
+/// The allocation's ids and credential, as its agent set them.
+fn allocation(
+    place: &StepPlace,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(u64, u64, String)> {
+    let job_id: u64 = place
+        .job_id
+        .parse()
+        .with_context(|| format!("SLURM_JOB_ID={} is not a number", place.job_id))?;
+    let alloc_id: u64 = env("BERTH_ALLOC_ID")
+        .context("BERTH_ALLOC_ID is not set: this job was not started by a Berth agent")?
+        .parse()
+        .context("BERTH_ALLOC_ID is not a number")?;
+    Ok((
+        job_id,
+        alloc_id,
+        env("BERTH_STEP_CREDENTIAL").unwrap_or_default(),
+    ))
+}
+
+/// The step's id, counted by the batch host's agent; `None` where the
+/// job's environment names no agent for it (a job not started by a Berth
+/// agent, or one whose agent serves no steps).
+pub async fn next_step_id(
+    place: &StepPlace,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<u32>> {
+    let agents = parse_step_agents(&env("BERTH_STEP_AGENTS").unwrap_or_default())?;
+    let Some((host, addr)) = place.hosts.first().and_then(|h| Some((h, agents.get(h)?))) else {
+        return Ok(None);
+    };
+    let (job_id, alloc_id, credential) = allocation(place, env)?;
+    let request = NextStepIdRequest {
+        job_id,
+        alloc_id,
+        credential,
+    };
+    let asked = tokio::time::timeout(Duration::from_millis(STEP_START_TIMEOUT_MS), async {
+        client(addr)
+            .await?
+            .next_step_id(request)
+            .await
+            .map_err(|s| anyhow::anyhow!("{}", s.message()))
+    })
+    .await
+    .map_err(|_| anyhow::anyhow!("no answer in {STEP_START_TIMEOUT_MS} ms"))
+    .and_then(|r| r)
+    .with_context(|| format!("{host} ({addr})"))?;
+    Ok(Some(asked.into_inner().step_id))
+}
+
+async fn open(addr: &str, request: RunTasksRequest) -> Result<Streaming<TaskOutput>> {
+    let response = client(addr)
+        .await?
         .run_tasks(request)
         .await
         .map_err(|s| anyhow::anyhow!("{}", s.message()))?;
