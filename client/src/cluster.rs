@@ -13,9 +13,10 @@ use crate::error::ClientError;
 use berth_proto::api::{
     BackupChunk, BackupStateRequest, CancelJobRequest, CancelJobResponse, ClusterStatusRequest,
     ClusterStatusResponse, ControlJobRequest, ControlJobResponse, ExplainJobRequest,
-    ExplainJobResponse, GetJobRequest, GetPrioritiesRequest, GetPrioritiesResponse, Job, JobEvent,
-    ListJobsRequest, ListJobsResponse, SubmitJobRequest, SubmitJobResponse, UpdateJobRequest,
-    UpdateJobResponse, WatchJobEventsRequest,
+    ExplainJobResponse, GetJobRequest, GetPrioritiesRequest, GetPrioritiesResponse,
+    GetStepAccessRequest, Job, JobEvent, ListJobsRequest, ListJobsResponse,
+    ReleaseAllocationRequest, ReleaseAllocationResponse, StepAccess, SubmitJobRequest,
+    SubmitJobResponse, UpdateJobRequest, UpdateJobResponse, WatchJobEventsRequest,
 };
 use std::future::Future;
 use std::time::Duration;
@@ -216,6 +217,25 @@ impl Cluster {
                 stale: false,
             })
             .await
+        })
+        .await
+    }
+
+    /// What starting srun tasks on a running job's hosts takes.
+    pub async fn get_step_access(&mut self, job_id: u64) -> Result<StepAccess, ClientError> {
+        self.call(|mut c| async move { c.get_step_access(GetStepAccessRequest { job_id }).await })
+            .await
+    }
+
+    /// Ends a running interactive allocation with `exit_code`.
+    pub async fn release_allocation(
+        &mut self,
+        job_id: u64,
+        exit_code: i32,
+    ) -> Result<ReleaseAllocationResponse, ClientError> {
+        self.call(|mut c| async move {
+            c.release_allocation(ReleaseAllocationRequest { job_id, exit_code })
+                .await
         })
         .await
     }

@@ -912,15 +912,31 @@ async fn srun_inside_a_job_runs_tasks_with_step_variables() {
     )
     .await;
     assert_eq!(out.status.code(), Some(5));
-    let out = run_as("srun", "127.0.0.1:1", &["hostname"], &[]).await;
+    // Outside a job srun and salloc ask the cluster for an allocation:
+    // with none answering, one clear line and a failure.
+    for (tool, args) in [
+        ("srun", &["hostname"][..]),
+        ("salloc", &["-N1", "true"][..]),
+    ] {
+        let out = run_as(tool, "127.0.0.1:1", args, &[]).await;
+        assert_eq!(
+            stderr(&out),
+            format!("{tool}: error: no Berth server answered (tried 127.0.0.1:1)\n")
+        );
+        assert_eq!(out.status.code(), Some(1));
+    }
+    // Inside a job, an allocation's options are refused in words.
+    let out = run_as(
+        "srun",
+        "127.0.0.1:1",
+        &["-p", "gpu", "true"],
+        &[("SLURM_JOB_ID", "42")],
+    )
+    .await;
     assert!(
-        stderr(&out).starts_with("srun: error: srun outside a job allocation is not supported yet"),
-        "{}",
-        stderr(&out)
-    );
-    let out = run_as("salloc", "127.0.0.1:1", &["-N1"], &[]).await;
-    assert!(
-        stderr(&out).starts_with("salloc: error: salloc is not supported yet"),
+        stderr(&out).starts_with(
+            "srun: error: --partition asks for a new allocation; inside job 42 a step runs on the job's own"
+        ),
         "{}",
         stderr(&out)
     );

@@ -359,6 +359,35 @@ impl BerthApi for ApiService {
         Ok(Response::new(self.job_proto(req.job_id)?))
     }
 
+    async fn get_step_access(
+        &self,
+        request: Request<GetStepAccessRequest>,
+    ) -> Result<Response<StepAccess>, Status> {
+        let caller = self.caller(&request)?;
+        let req = request.into_inner();
+        self.require_job_owner(&caller, req.job_id, "run steps in")?;
+        if let Some(mut leader) = self.leader_client()? {
+            return leader.get_step_access(req).await;
+        }
+        self.node.read_barrier().await?;
+        let secret = self.node.auth.cluster.clone();
+        self.node
+            .read(|s| crate::step_access::step_access(s, req.job_id, secret.as_deref()))
+            .map(Response::new)
+    }
+
+    async fn release_allocation(
+        &self,
+        request: Request<ReleaseAllocationRequest>,
+    ) -> Result<Response<ReleaseAllocationResponse>, Status> {
+        let caller = self.caller(&request)?;
+        let req = request.into_inner();
+        self.require_job_owner(&caller, req.job_id, "release")?;
+        crate::step_access::release(&self.node, req.job_id, req.exit_code)
+            .await
+            .map(Response::new)
+    }
+
     async fn list_jobs(
         &self,
         request: Request<ListJobsRequest>,

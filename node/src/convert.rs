@@ -43,6 +43,7 @@ pub fn spec_from_proto(s: api::JobSpec) -> JobSpec {
         warn_signal: s.warn_signal,
         warn_signal_before_s: s.warn_signal_before_s,
         warn_signal_batch_only: s.warn_signal_batch_only,
+        interactive: s.interactive,
         alternatives: s
             .alternatives
             .into_iter()
@@ -94,6 +95,7 @@ pub fn spec_to_proto(s: &JobSpec) -> api::JobSpec {
         warn_signal: s.warn_signal,
         warn_signal_before_s: s.warn_signal_before_s,
         warn_signal_batch_only: s.warn_signal_batch_only,
+        interactive: s.interactive,
         alternatives: s
             .alternatives
             .iter()

@@ -40,4 +40,5 @@ pub mod raft_service;
 pub mod rest;
 pub mod sd_notify;
 pub mod server;
+pub mod step_access;
 pub mod ui;

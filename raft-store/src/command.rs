@@ -108,8 +108,10 @@ impl JobUpdate {
 /// `gang_starts` and an allocation its `gang` hosts (a version-10 node
 /// would drop the gangs, or hand a gang's room on its other hosts to other
 /// jobs); 12 = `RegisterHost` carries the agent's `step_addr` (a
-/// version-11 node would drop it, and srun could not reach the host).
-pub const COMMAND_VERSION: u32 = 12;
+/// version-11 node would drop it, and srun could not reach the host); 13 =
+/// `SubmitJob`'s spec carries `interactive` (a version-12 node would run
+/// an interactive allocation's description as a batch script).
+pub const COMMAND_VERSION: u32 = 13;
 
 /// One Raft log payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

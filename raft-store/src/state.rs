@@ -302,24 +302,25 @@ impl SmState {
         self.running
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
-            .filter(|r| !r.job.stopping())
+            .filter(|r| !r.job.stopping() && !r.job.spec.interactive)
             .filter(|r| r.job.alloc.as_ref().is_some_and(|a| a.host == host))
             .collect()
     }
 
-    /// Multi-host allocations that hold `host` as a member, not as their
-    /// batch host, and are not stopping: their srun steps may start tasks
-    /// there (`AssignmentSet::members`).
+    /// Allocations that hold `host` without running a batch script there
+    /// (a multi-host job's other hosts, every host of an interactive
+    /// allocation), not stopping: their srun steps may start tasks there
+    /// (`AssignmentSet::members`).
     pub fn members_on(&self, host: &str) -> Vec<&JobRecord> {
         self.running
             .iter()
             .filter_map(|id| self.data.jobs.get(id))
             .filter(|r| !r.job.stopping())
             .filter(|r| {
-                r.job
-                    .alloc
-                    .as_ref()
-                    .is_some_and(|a| a.gang.iter().any(|m| m.host == host))
+                r.job.alloc.as_ref().is_some_and(|a| {
+                    a.gang.iter().any(|m| m.host == host)
+                        || (r.job.spec.interactive && a.host == host)
+                })
             })
             .collect()
     }
@@ -785,8 +786,17 @@ impl SmState {
     ) {
         let why = format!("the agent on {host} restarted and no longer runs this allocation");
         // Only the batch host runs anything: a gang member's agent has
-        // nothing of the job to lose.
-        self.fail_allocations(HostMatch::Batch(host), running_allocs, &why, now_ms, dirty);
+        // nothing of the job to lose, and neither has the batch host's of
+        // an interactive allocation.
+        let mut keep = running_allocs.to_vec();
+        keep.extend(
+            self.running
+                .iter()
+                .filter_map(|id| self.data.jobs.get(id))
+                .filter(|r| r.job.spec.interactive)
+                .filter_map(|r| r.job.alloc.as_ref().map(|a| a.alloc_id)),
+        );
+        self.fail_allocations(HostMatch::Batch(host), &keep, &why, now_ms, dirty);
     }
 
     /// Ends as NODE_FAIL every job running on `host` except allocations in
@@ -1348,6 +1358,9 @@ pub fn validate_submit(request_id: &str, spec: &JobSpec) -> Result<(), String> {
     }
     if spec.command.trim().is_empty() {
         return Err("the job has no command".into());
+    }
+    if spec.interactive && !spec.array.is_empty() {
+        return Err("an interactive allocation cannot be a job array".into());
     }
     if spec.command.len() > COMMAND_BYTES_MAX {
         return Err(format!(

@@ -273,6 +273,11 @@ pub struct JobSpec {
     /// own options. Added in command version 9.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub alternatives: Vec<ResourceSet>,
+    /// An interactive allocation (`salloc`, or `srun` outside a job): no
+    /// batch script runs; the hosts are held for the submitter's steps
+    /// until the submitter releases them. Added in command version 13.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interactive: bool,
 }
 
 /// One alternative resource set of a job (`--alt`). Mirrors

@@ -15,6 +15,7 @@ pub mod output;
 pub mod queue;
 pub mod sacct;
 pub mod sacctmgr;
+pub mod salloc;
 pub mod scontrol;
 pub mod scontrol_update;
 pub mod sim;
@@ -173,9 +174,9 @@ pub enum Command {
     /// Cluster administration: backups
     #[command(subcommand)]
     Admin(admin::AdminCommand),
-    /// Interactive allocation (as salloc): not supported yet
+    /// Allocate hosts and run a command in the allocation (as salloc)
     #[command(hide = true)]
-    Salloc(SallocArgs),
+    Salloc(salloc::SallocArgs),
 }
 
 /// Declares the parser of one Slurm name: the global options and that
@@ -201,7 +202,7 @@ macro_rules! slurm_cli {
 
 slurm_cli!(SbatchCli, "sbatch", "Submit a batch job to Berth", submit: submit::SubmitArgs);
 slurm_cli!(SrunCli, "srun", "Run a job step inside a Berth batch job", srun: srun::SrunArgs);
-slurm_cli!(SallocCli, "salloc", "Interactive allocations: not supported by Berth yet", salloc: SallocArgs);
+slurm_cli!(SallocCli, "salloc", "Allocate Berth hosts and run a command in the allocation", salloc: salloc::SallocArgs);
 slurm_cli!(SqueueCli, "squeue", "List Berth jobs", queue: queue::QueueArgs, disable_help_flag = true);
 slurm_cli!(ScancelCli, "scancel", "Cancel Berth jobs", cancel: cancel::CancelArgs);
 slurm_cli!(SacctCli, "sacct", "Berth job accounting", sacct: sacct::SacctArgs);
@@ -209,18 +210,6 @@ slurm_cli!(SacctmgrCli, "sacctmgr", "Berth QOS, accounts, users and associations
 slurm_cli!(ScontrolCli, "scontrol", "Show and control Berth jobs, nodes and partitions", scontrol: scontrol::ScontrolArgs);
 slurm_cli!(SinfoCli, "sinfo", "Berth partitions and hosts", sinfo: sinfo::SinfoArgs, disable_help_flag = true);
 slurm_cli!(SprioCli, "sprio", "Priority factors of pending Berth jobs", sprio: sprio::SprioArgs, disable_help_flag = true);
-
-/// `salloc`'s arguments, taken whole: salloc is refused as a whole.
-#[derive(Args, Debug, Clone, Default)]
-pub struct SallocArgs {
-    /// Options and command, as salloc takes them
-    #[arg(
-        value_name = "ARGS",
-        trailing_var_arg = true,
-        allow_hyphen_values = true
-    )]
-    pub args: Vec<String>,
-}
 
 /// A parsed command line.
 #[derive(Debug)]
@@ -282,7 +271,7 @@ pub fn parse(tool: Tool, argv: &[OsString]) -> Result<Invocation, clap::Error> {
 
 /// Fills what neither a flag nor the environment gave from the client
 /// config file, if there is one (flag, then environment, then file).
-fn with_config_file(mut global: GlobalArgs) -> anyhow::Result<GlobalArgs> {
+pub(crate) fn with_config_file(mut global: GlobalArgs) -> anyhow::Result<GlobalArgs> {
     let Some(config) = berth_client::config_file::load()? else {
         return Ok(global);
     };
@@ -337,10 +326,8 @@ pub async fn run(tool: Tool, invocation: Invocation) -> anyhow::Result<ExitCode>
         Command::Scontrol(args) => scontrol::run(&global, args).await,
         Command::Sinfo(args) => sinfo::run(&global, args).await,
         Command::Sprio(args) => sprio::run(&global, args).await,
-        Command::Srun(args) => srun::run(args).await,
-        Command::Salloc(_) => anyhow::bail!(
-            "salloc is not supported yet: Berth has no interactive allocations; submit with sbatch"
-        ),
+        Command::Srun(args) => srun::run(&global, args).await,
+        Command::Salloc(args) => salloc::salloc(&global, args).await,
         Command::Completions(args) => generate::completions(args),
         Command::Man(args) => generate::man(args),
     }

@@ -10,7 +10,8 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use std::process::{ExitCode, Stdio};
 
-use super::srun_remote;
+use super::srun_remote::{self, StepAlloc};
+use super::GlobalArgs;
 
 /// Tasks one step may start.
 pub const STEP_TASKS_MAX: u32 = 1024;
@@ -38,9 +39,27 @@ pub struct SrunArgs {
     /// File for the tasks' stderr [default: as stdout]
     #[arg(short = 'e', long = "error", value_name = "PATTERN")]
     pub error: Option<String>,
-    /// Step name
+    /// Step name (outside a job, the allocation's job name too)
     #[arg(short = 'J', long = "job-name", value_name = "NAME")]
     pub job_name: Option<String>,
+    /// Outside a job: the allocation's time limit (sbatch's formats)
+    #[arg(short = 't', long, value_name = "TIME")]
+    pub time: Option<String>,
+    /// Outside a job: partitions the allocation may run in
+    #[arg(short = 'p', long, value_name = "NAME[,...]")]
+    pub partition: Option<String>,
+    /// Outside a job: the allocation's quality of service
+    #[arg(short = 'q', long, value_name = "QOS")]
+    pub qos: Option<String>,
+    /// Outside a job: the account to charge
+    #[arg(short = 'A', long, value_name = "ACCOUNT")]
+    pub account: Option<String>,
+    /// Outside a job: memory per host (K, M, G or T; default unit M)
+    #[arg(long, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// Outside a job: GPUs for the allocation, all told ([TYPE:]N)
+    #[arg(short = 'G', long, value_name = "[TYPE:]N")]
+    pub gpus: Option<String>,
     /// The command and its arguments
     #[arg(
         value_name = "COMMAND",
@@ -51,14 +70,31 @@ pub struct SrunArgs {
     pub command: Vec<String>,
 }
 
+impl SrunArgs {
+    /// The first option given that only a new allocation takes.
+    pub fn allocation_option(&self) -> Option<&'static str> {
+        [
+            (self.time.is_some(), "--time"),
+            (self.partition.is_some(), "--partition"),
+            (self.qos.is_some(), "--qos"),
+            (self.account.is_some(), "--account"),
+            (self.mem.is_some(), "--mem"),
+            (self.gpus.is_some(), "--gpus"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
+}
+
 /// Where a step runs: the job's variables read from the environment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepPlace {
     pub job_id: String,
     /// The job's hosts, the batch host first (`BERTH_NODELIST`).
     pub hosts: Vec<String>,
-    /// Which of them this is (`SLURM_NODEID`).
-    pub here: usize,
+    /// Which of them this is (`SLURM_NODEID`); `None` outside them (the
+    /// shell of an interactive allocation): every task is then remote.
+    pub here: Option<usize>,
     pub step_id: u32,
 }
 
@@ -86,12 +122,15 @@ pub fn step_place(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<StepPla
         );
     }
     let here = match env("SLURM_NODEID") {
-        Some(n) => n
-            .parse::<usize>()
-            .ok()
-            .filter(|&i| i < hosts.len())
-            .with_context(|| format!("SLURM_NODEID={n} is not a host of the job"))?,
-        None => 0,
+        Some(n) => Some(
+            n.parse::<usize>()
+                .ok()
+                .filter(|&i| i < hosts.len())
+                .with_context(|| format!("SLURM_NODEID={n} is not a host of the job"))?,
+        ),
+        // salloc's shell: in the allocation, on none of its hosts.
+        None if env("BERTH_NODELIST").is_some_and(|l| !l.is_empty()) => None,
+        None => Some(0),
     };
     // Steps are numbered per job; a step started from a step counts on.
     let step_id = match env("SLURM_STEP_ID") {
@@ -255,14 +294,35 @@ pub fn open_output(pattern: &str, task: u32, place: &StepPlace) -> Result<std::f
         .with_context(|| format!("cannot open {path} for output"))
 }
 
-pub async fn run(args: SrunArgs) -> Result<ExitCode> {
+pub async fn run(global: &GlobalArgs, args: SrunArgs) -> Result<ExitCode> {
     let lookup = |name: &str| std::env::var(name).ok();
-    let Some(mut place) = step_place(&lookup)? else {
-        bail!("srun outside a job allocation is not supported yet: Berth has no interactive allocations; submit with sbatch and call srun inside the script");
+    let Some(place) = step_place(&lookup)? else {
+        // Outside a job: allocate, run the step, release (as Slurm's srun).
+        return super::salloc::srun_outside(global, args).await;
     };
+    if let Some(option) = args.allocation_option() {
+        bail!(
+            "{option} asks for a new allocation; inside job {} a step runs on the job's own",
+            place.job_id
+        );
+    }
+    let alloc = StepAlloc::from_env(&place, &lookup)?;
+    let worst = run_step(&args, place, &alloc).await?;
+    Ok(exit_code(worst))
+}
+
+/// srun's exit status for the highest task exit code.
+pub fn exit_code(worst: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(worst.clamp(0, 255)).unwrap_or(1))
+}
+
+/// Runs one step in `alloc` to its end: the tasks on this host (when it
+/// is one of the job's) as children, the others through their agents.
+/// Returns the highest task exit code.
+pub async fn run_step(args: &SrunArgs, mut place: StepPlace, alloc: &StepAlloc) -> Result<i32> {
     // Steps are numbered by the batch host's agent, so two sruns of one
     // script never share an id; without one, from the environment.
-    match srun_remote::next_step_id(&place, &lookup).await {
+    match srun_remote::next_step_id(&place, alloc).await {
         Ok(Some(id)) => place.step_id = id,
         Ok(None) => {}
         Err(e) => eprintln!(
@@ -270,12 +330,15 @@ pub async fn run(args: SrunArgs) -> Result<ExitCode> {
             place.step_id
         ),
     }
-    let layout = layout(&args, place.hosts.len())?;
-    let shared = step_env(&args, &place, &layout);
+    let layout = layout(args, place.hosts.len())?;
+    let shared = step_env(args, &place, &layout);
     // The other hosts' tasks first: if any host cannot start them, no
     // task has run here yet and the step fails whole.
-    let remote = srun_remote::start(&args, &place, &layout, &shared, &lookup).await?;
-    let local_tasks = layout.tasks.get(place.here).cloned().unwrap_or_default();
+    let remote = srun_remote::start(args, &place, &layout, &shared, alloc).await?;
+    let local_tasks = place
+        .here
+        .and_then(|h| layout.tasks.get(h).cloned())
+        .unwrap_or_default();
     let mut children = Vec::new();
     for (local, &task) in local_tasks.iter().enumerate() {
         let mut command = tokio::process::Command::new(&args.command[0]);
@@ -284,7 +347,7 @@ pub async fn run(args: SrunArgs) -> Result<ExitCode> {
             .envs(shared.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("SLURM_PROCID", task.to_string())
             .env("SLURM_LOCALID", local.to_string())
-            .env("SLURM_NODEID", place.here.to_string())
+            .env("SLURM_NODEID", place.here.unwrap_or(0).to_string())
             .stdin(if task == 0 {
                 Stdio::inherit()
             } else {
@@ -305,7 +368,7 @@ pub async fn run(args: SrunArgs) -> Result<ExitCode> {
     // srun's exit code: the highest of its tasks'; a task killed by a
     // signal counts as failure.
     let mut worst = 0;
-    let here = &place.hosts[place.here];
+    let here = place.here.map_or("", |h| place.hosts[h].as_str());
     for (task, mut child) in children {
         let status = child.wait().await.context("waiting for a task")?;
         let code = status.code().unwrap_or(1);
@@ -315,10 +378,7 @@ pub async fn run(args: SrunArgs) -> Result<ExitCode> {
         worst = worst.max(code);
     }
     let remote = remote_worst.await.context("waiting for the other hosts")?;
-    worst = worst.max(remote);
-    Ok(ExitCode::from(
-        u8::try_from(worst.clamp(0, 255)).unwrap_or(1),
-    ))
+    Ok(worst.max(remote))
 }
 
 #[cfg(test)]
@@ -341,7 +401,7 @@ mod tests {
             Some(StepPlace {
                 job_id: "7".into(),
                 hosts: vec!["n1".into()],
-                here: 0,
+                here: Some(0),
                 step_id: 0
             })
         );
@@ -357,7 +417,7 @@ mod tests {
             Some(StepPlace {
                 job_id: "7".into(),
                 hosts: vec!["n1".into(), "n2".into()],
-                here: 0,
+                here: Some(0),
                 step_id: 1
             })
         );
@@ -449,7 +509,7 @@ mod tests {
         let place = StepPlace {
             job_id: "7".into(),
             hosts: vec!["n1".into(), "n2".into()],
-            here: 0,
+            here: Some(0),
             step_id: 2,
         };
         assert_eq!(expand("out-%j.%s.%t-%%-%x", 3, &place), "out-7.2.3-%-%x");

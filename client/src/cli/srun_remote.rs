@@ -37,6 +37,57 @@ pub fn parse_step_agents(text: &str) -> Result<HashMap<String, String>> {
     Ok(map)
 }
 
+/// The allocation a step runs in, as srun reaches its hosts' agents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepAlloc {
+    pub job_id: u64,
+    pub alloc_id: u64,
+    /// The step credential ("" on a cluster without a secret).
+    pub credential: String,
+    /// Host → its agent's step address.
+    pub agents: HashMap<String, String>,
+}
+
+impl StepAlloc {
+    /// From the environment the job's agent (or salloc) set.
+    pub fn from_env(place: &StepPlace, env: &dyn Fn(&str) -> Option<String>) -> Result<StepAlloc> {
+        let job_id: u64 = place
+            .job_id
+            .parse()
+            .with_context(|| format!("SLURM_JOB_ID={} is not a number", place.job_id))?;
+        let agents = parse_step_agents(&env("BERTH_STEP_AGENTS").unwrap_or_default())?;
+        // Without agents to reach, the ids are not needed (a job started
+        // by hand, or whose agent serves no steps).
+        let alloc_id = match env("BERTH_ALLOC_ID") {
+            Some(a) => a.parse().context("BERTH_ALLOC_ID is not a number")?,
+            None if agents.is_empty() => 0,
+            None => bail!("BERTH_ALLOC_ID is not set: this job was not started by a Berth agent"),
+        };
+        Ok(StepAlloc {
+            job_id,
+            alloc_id,
+            credential: env("BERTH_STEP_CREDENTIAL").unwrap_or_default(),
+            agents,
+        })
+    }
+
+    /// From the cluster's answer to `GetStepAccess`.
+    pub fn from_access(access: &berth_proto::api::StepAccess) -> StepAlloc {
+        StepAlloc {
+            job_id: access.job_id,
+            alloc_id: access.alloc_id,
+            credential: access.credential.clone(),
+            agents: access
+                .hosts
+                .iter()
+                .zip(&access.step_addrs)
+                .filter(|(_, a)| !a.is_empty())
+                .map(|(h, a)| (h.clone(), a.clone()))
+                .collect(),
+        }
+    }
+}
+
 /// Asks every other host of the step to start its tasks; fails, starting
 /// nothing more, at the first that cannot (the streams already open are
 /// dropped, so their agents kill what they started).
@@ -45,16 +96,21 @@ pub async fn start(
     place: &StepPlace,
     layout: &Layout,
     shared: &[(String, String)],
-    env: &dyn Fn(&str) -> Option<String>,
+    alloc: &StepAlloc,
 ) -> Result<Vec<RemoteHost>> {
     let others: Vec<usize> = (0..layout.tasks.len())
-        .filter(|&i| i != place.here)
+        .filter(|&i| Some(i) != place.here)
         .collect();
     if others.is_empty() {
         return Ok(Vec::new());
     }
-    let agents = parse_step_agents(&env("BERTH_STEP_AGENTS").unwrap_or_default())?;
-    let (job_id, alloc_id, credential) = allocation(place, env)?;
+    let StepAlloc {
+        job_id,
+        alloc_id,
+        credential,
+        agents,
+    } = alloc;
+    let (job_id, alloc_id) = (*job_id, *alloc_id);
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
@@ -108,42 +164,21 @@ async fn client(addr: &str) -> Result<StepServiceClient<tonic::transport::Channe
     Ok(StepServiceClient::new(channel).max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES))
 }
 
-/// The allocation's ids and credential, as its agent set them.
-fn allocation(
-    place: &StepPlace,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(u64, u64, String)> {
-    let job_id: u64 = place
-        .job_id
-        .parse()
-        .with_context(|| format!("SLURM_JOB_ID={} is not a number", place.job_id))?;
-    let alloc_id: u64 = env("BERTH_ALLOC_ID")
-        .context("BERTH_ALLOC_ID is not set: this job was not started by a Berth agent")?
-        .parse()
-        .context("BERTH_ALLOC_ID is not a number")?;
-    Ok((
-        job_id,
-        alloc_id,
-        env("BERTH_STEP_CREDENTIAL").unwrap_or_default(),
-    ))
-}
-
 /// The step's id, counted by the batch host's agent; `None` where the
 /// job's environment names no agent for it (a job not started by a Berth
 /// agent, or one whose agent serves no steps).
-pub async fn next_step_id(
-    place: &StepPlace,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<u32>> {
-    let agents = parse_step_agents(&env("BERTH_STEP_AGENTS").unwrap_or_default())?;
-    let Some((host, addr)) = place.hosts.first().and_then(|h| Some((h, agents.get(h)?))) else {
+pub async fn next_step_id(place: &StepPlace, alloc: &StepAlloc) -> Result<Option<u32>> {
+    let Some((host, addr)) = place
+        .hosts
+        .first()
+        .and_then(|h| Some((h, alloc.agents.get(h)?)))
+    else {
         return Ok(None);
     };
-    let (job_id, alloc_id, credential) = allocation(place, env)?;
     let request = NextStepIdRequest {
-        job_id,
-        alloc_id,
-        credential,
+        job_id: alloc.job_id,
+        alloc_id: alloc.alloc_id,
+        credential: alloc.credential.clone(),
     };
     let asked = tokio::time::timeout(Duration::from_millis(STEP_START_TIMEOUT_MS), async {
         client(addr)

@@ -195,7 +195,7 @@ pub struct Caller {
 pub type EnvLookup = Box<dyn Fn(&str) -> Option<String>>;
 
 impl Caller {
-    fn real() -> Result<Caller> {
+    pub fn real() -> Result<Caller> {
         Ok(Caller {
             cwd: std::env::current_dir().context("cannot determine the current directory")?,
             user: current_user(),

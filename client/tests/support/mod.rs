@@ -155,6 +155,17 @@ impl BerthApi for FakeNode {
         self.job(request.into_inner().job_id).map(Response::new)
     }
 
+    async fn get_step_access(&self, _: Request<GetStepAccessRequest>) -> Reply<StepAccess> {
+        unimplemented()
+    }
+
+    async fn release_allocation(
+        &self,
+        _: Request<ReleaseAllocationRequest>,
+    ) -> Reply<ReleaseAllocationResponse> {
+        unimplemented()
+    }
+
     async fn list_jobs(&self, request: Request<ListJobsRequest>) -> Reply<ListJobsResponse> {
         self.enter("list_jobs", "")?;
         let request = request.into_inner();

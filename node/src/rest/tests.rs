@@ -104,6 +104,19 @@ impl BerthApi for Fake {
     ) -> Result<Response<Job>, Status> {
         self.answer(named_job(request.get_ref().job_id))
     }
+    // The CLI's salloc and srun alone call these; REST has no route.
+    async fn get_step_access(
+        &self,
+        _: tonic::Request<GetStepAccessRequest>,
+    ) -> Result<Response<StepAccess>, Status> {
+        Err(Status::unimplemented("not a REST call"))
+    }
+    async fn release_allocation(
+        &self,
+        _: tonic::Request<ReleaseAllocationRequest>,
+    ) -> Result<Response<ReleaseAllocationResponse>, Status> {
+        Err(Status::unimplemented("not a REST call"))
+    }
     async fn list_jobs(
         &self,
         _: tonic::Request<ListJobsRequest>,

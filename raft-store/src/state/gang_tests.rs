@@ -350,3 +350,62 @@ fn member_hosts_list_the_gang_and_agents_register_where_steps_reach_them() {
     );
     assert!(s.members_on("h2").is_empty());
 }
+
+#[test]
+fn an_interactive_allocation_runs_nothing_and_survives_its_batch_agent_restarting() {
+    let mut s = three_hosts();
+    let spec = JobSpec {
+        interactive: true,
+        ..gang_spec(2, 4)
+    };
+    submit(&mut s, "r1", spec);
+    apply_gang(&mut s, 1, &["h1", "h2"], Resources::cpu_mem(4, 0));
+    let ids = |v: Vec<&JobRecord>| v.into_iter().map(|r| r.job.id).collect::<Vec<_>>();
+    // No host runs a batch script; every host serves its steps.
+    assert!(s.assignments_for("h1").is_empty());
+    assert_eq!(ids(s.members_on("h1")), [1]);
+    assert_eq!(ids(s.members_on("h2")), [1]);
+    // The batch host's agent restarts running nothing: nothing was lost.
+    apply(
+        &mut s,
+        Command::RegisterHost {
+            name: "h1".into(),
+            inventory: Inventory::cpu_mem(8, 1024),
+            agent_restarted: true,
+            running_allocs: Vec::new(),
+            now_ms: 30,
+            drain_reason: String::new(),
+            step_addr: String::new(),
+        },
+    );
+    assert_eq!(state_of(&s, 1), Some(JobState::Running));
+    // A cancel: its hosts stop listing it, and the batch host's agent,
+    // which never ran it, reports it ended (AssignmentSet::stopping).
+    apply(&mut s, Command::CancelJob { job_id: 1, now_ms: 40 });
+    assert!(s.members_on("h1").is_empty() && s.members_on("h2").is_empty());
+    assert_eq!(ids(s.stopping_on("h1")), [1]);
+    let alloc_id = s.job(1).and_then(|r| r.job.alloc.as_ref()).map(|a| a.alloc_id);
+    apply(
+        &mut s,
+        Command::JobExited {
+            job_id: 1,
+            alloc_id: alloc_id.expect("allocated"),
+            host: "h1".into(),
+            exit_code: 0,
+            signal: 0,
+            launch_error: "stopped before it started".into(),
+            now_ms: 50,
+        },
+    );
+    assert_eq!(state_of(&s, 1), Some(JobState::Cancelled));
+    // An interactive array is refused at submit.
+    let array = JobSpec {
+        interactive: true,
+        array: "0-3".into(),
+        ..gang_spec(1, 1)
+    };
+    assert!(matches!(
+        submit(&mut s, "r2", array),
+        Response::Rejected { reason } if reason.contains("cannot be a job array")
+    ));
+}
