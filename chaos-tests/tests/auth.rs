@@ -11,7 +11,8 @@ use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
 use berth_chaos::harness::{ClusterOptions, LocalCluster};
 use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::{
-    CancelJobRequest, GetJobRequest, JobSpec, JobState, ListJobsRequest, Qos, SubmitJobRequest,
+    CancelJobRequest, GetJobRequest, GetStepAccessRequest, JobSpec, JobState, ListJobsRequest, Qos,
+    ReleaseAllocationRequest, SubmitJobRequest,
 };
 use tonic::Code;
 
@@ -146,6 +147,36 @@ async fn only_authenticated_and_authorized_callers_are_served() {
         .await
         .expect_err("eve cancels bob's job");
     assert_eq!(no.code(), Code::PermissionDenied);
+    // Nor reach its hosts for steps or end it; bob can reach them, with
+    // a credential made from the cluster secret.
+    let no = eve
+        .get_step_access(GetStepAccessRequest { job_id: job })
+        .await
+        .expect_err("eve asks for bob's step access");
+    assert_eq!(no.code(), Code::PermissionDenied);
+    let no = eve
+        .release_allocation(ReleaseAllocationRequest {
+            job_id: job,
+            exit_code: 0,
+        })
+        .await
+        .expect_err("eve releases bob's job");
+    assert_eq!(no.code(), Code::PermissionDenied);
+    let access = bob
+        .get_step_access(GetStepAccessRequest { job_id: job })
+        .await
+        .expect("bob's step access")
+        .into_inner();
+    assert_eq!(access.credential.len(), 64, "{access:?}");
+    // A batch job ends with its script, not by a release.
+    let batch = bob
+        .release_allocation(ReleaseAllocationRequest {
+            job_id: job,
+            exit_code: 0,
+        })
+        .await
+        .expect_err("a batch job is not released");
+    assert_eq!(batch.code(), Code::FailedPrecondition);
     admin
         .cancel_job(CancelJobRequest {
             job_id: job,

@@ -381,10 +381,19 @@ fn an_interactive_allocation_runs_nothing_and_survives_its_batch_agent_restartin
     assert_eq!(state_of(&s, 1), Some(JobState::Running));
     // A cancel: its hosts stop listing it, and the batch host's agent,
     // which never ran it, reports it ended (AssignmentSet::stopping).
-    apply(&mut s, Command::CancelJob { job_id: 1, now_ms: 40 });
+    apply(
+        &mut s,
+        Command::CancelJob {
+            job_id: 1,
+            now_ms: 40,
+        },
+    );
     assert!(s.members_on("h1").is_empty() && s.members_on("h2").is_empty());
     assert_eq!(ids(s.stopping_on("h1")), [1]);
-    let alloc_id = s.job(1).and_then(|r| r.job.alloc.as_ref()).map(|a| a.alloc_id);
+    let alloc_id = s
+        .job(1)
+        .and_then(|r| r.job.alloc.as_ref())
+        .map(|a| a.alloc_id);
     apply(
         &mut s,
         Command::JobExited {
