@@ -16,6 +16,8 @@ use tonic::{Code, Request};
 
 const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef";
 const DEADLINE: Duration = Duration::from_secs(20);
+/// Numbers the servers made in this process.
+static SERVERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn member(job_id: u64, alloc_id: u64) -> Assignment {
     Assignment {
@@ -39,7 +41,13 @@ fn server(set: AssignmentSet) -> (StepServer, watch::Sender<Option<AssignmentSet
         job_user: JobUser::Agent,
         allow_root_jobs: true,
         desired: rx,
-        instance: format!("t{}", std::process::id()),
+        // Each test's server is an agent of its own: a shared instance
+        // would let one test's end of a call kill another's tasks.
+        instance: format!(
+            "t{}-{}",
+            std::process::id(),
+            SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ),
     });
     (server, tx)
 }
@@ -317,4 +325,30 @@ async fn steps_are_numbered_per_allocation_for_its_credential_holder() {
     );
     assert_eq!(ask(7, 71, cred(7, 71)).await.expect("ok"), 0);
     assert_eq!(ask(8, 80, cred(8, 80)).await.expect("ok"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_directory_is_missing_here_starts_in_tmp() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (server, _tx) = server(members(vec![member(7, 70)]));
+    let r = RunTasksRequest {
+        tasks: vec![0],
+        ..request("pwd", &dir.path().join("not-on-this-host"))
+    };
+    let response = server.run_tasks(Request::new(r)).await.expect("started");
+    let all = drain(response.into_inner()).await;
+    assert_eq!(output_of(&all, 0), "/tmp\n");
+    let stderr: Vec<u8> = all
+        .iter()
+        .filter(|m| m.stream == 2)
+        .flat_map(|m| m.data.clone())
+        .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&stderr),
+        format!(
+            "berth: n2: cannot enter {}: starting in /tmp instead\n",
+            dir.path().join("not-on-this-host").display()
+        )
+    );
+    assert_eq!(exits(&all), vec![(0, 0, 0)]);
 }

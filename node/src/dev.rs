@@ -96,6 +96,13 @@ fn spawn(name: &str, program: &Path, args: &[String], log: &Path) -> anyhow::Res
             Ok(())
         });
     }
+    // The binaries' directory first on PATH, so jobs of a dev cluster
+    // (which inherit the agent's PATH) find `srun` and the other tools
+    // linked there.
+    if let Some(bin_dir) = program.parent() {
+        let path = std::env::var("PATH").unwrap_or_default();
+        command.env("PATH", format!("{}:{path}", bin_dir.display()));
+    }
     let child = command
         .args(args)
         .stdin(Stdio::null())

@@ -90,7 +90,12 @@ pub async fn sweep_on_changes(
     loop {
         let now = desired.borrow_and_update().as_ref().map(listed_ids);
         if let Some(now) = now {
-            if last.as_ref() != Some(&now) {
+            // Only an allocation that left can have leftovers to kill (and
+            // any, on the first set after a start).
+            let departed = last
+                .as_ref()
+                .is_none_or(|before| before.iter().any(|id| !now.contains(id)));
+            if departed {
                 let (inst, ids) = (instance.clone(), now.clone());
                 match tokio::task::spawn_blocking(move || sweep_leftovers(&inst, &ids)).await {
                     Ok(0) => {}

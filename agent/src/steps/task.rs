@@ -260,6 +260,11 @@ fn spawn(step: &Step, task: u32, local: usize) -> std::io::Result<tokio::process
                 .map_err(|_| std::io::Error::other("cwd contains a NUL byte"))?,
             )
         },
+        cwd_fallback_note: format!(
+            "berth: {}: cannot enter {}: starting in /tmp instead\n",
+            step.host, step.request.cwd
+        )
+        .into_bytes(),
     };
     // SAFETY: the closure makes only async-signal-safe system calls on
     // memory prepared before the fork (see TaskSetup::run).
@@ -273,6 +278,10 @@ fn spawn(step: &Step, task: u32, local: usize) -> std::io::Result<tokio::process
 struct TaskSetup {
     ids: Option<(u32, u32, Vec<u32>)>,
     cwd: Option<CString>,
+    /// Said on the task's stderr when `cwd` does not exist here (a host
+    /// without the submitter's file system): the task starts in /tmp, as
+    /// Slurm's do.
+    cwd_fallback_note: Vec<u8>,
 }
 
 impl TaskSetup {
@@ -298,7 +307,11 @@ impl TaskSetup {
             }
             if let Some(cwd) = &self.cwd {
                 if libc::chdir(cwd.as_ptr()) != 0 {
-                    return Err(std::io::Error::last_os_error());
+                    let note = &self.cwd_fallback_note;
+                    libc::write(2, note.as_ptr().cast(), note.len());
+                    if libc::chdir(c"/tmp".as_ptr()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
             }
         }

@@ -114,8 +114,12 @@ pub async fn start(
     let cwd = std::env::current_dir()
         .map(|d| d.display().to_string())
         .unwrap_or_default();
-    // srun's environment travels with the tasks, as in Slurm.
-    let mut task_env: HashMap<String, String> = std::env::vars().collect();
+    // srun's environment travels with the tasks, as in Slurm, except the
+    // caller's API token: it is the user's, not the job's, and the tasks
+    // need none.
+    let mut task_env: HashMap<String, String> = std::env::vars()
+        .filter(|(k, _)| k != berth_client::TOKEN_ENV)
+        .collect();
     task_env.extend(shared.iter().cloned());
     let mut started = Vec::with_capacity(others.len());
     for i in others {
