@@ -140,6 +140,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 allow_root_jobs: config.jobs.allow_root_jobs,
                 desired: desired_tx.subscribe(),
                 instance: instance.clone(),
+                outbox: outbox.clone(),
             };
             (addr, Some(tokio::spawn(crate::steps::serve(listener, ctx))))
         }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use berth_proto::agent::agent_service_client::AgentServiceClient;
-use berth_proto::agent::{ExitedReport, StartedReport, StopAck};
+use berth_proto::agent::{ExitedReport, StartedReport, StepReport, StopAck};
 use tokio::sync::{mpsc, watch, Notify};
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -35,6 +35,8 @@ pub enum Report {
     Started(StartedReport),
     Exited(ExitedReport),
     StopAck(StopAck),
+    /// An srun step started or ended (for sacct).
+    Step(StepReport),
 }
 
 impl Report {
@@ -44,6 +46,7 @@ impl Report {
             Report::Started(r) => r.alloc_id,
             Report::Exited(r) => r.alloc_id,
             Report::StopAck(r) => r.alloc_id,
+            Report::Step(r) => r.alloc_id,
         }
     }
 
@@ -53,6 +56,7 @@ impl Report {
             Report::Started(_) => "started",
             Report::Exited(_) => "exited",
             Report::StopAck(_) => "stop-ack",
+            Report::Step(_) => "step",
         }
     }
 }
@@ -127,6 +131,11 @@ impl Outbox {
         // push between its emptiness check and its wait is not lost.
         self.wake.notify_one();
         dropped
+    }
+
+    /// The reports waiting for an answer, oldest first.
+    pub fn pending(&self) -> Vec<Report> {
+        self.lock().items.iter().map(|(_, r)| r.clone()).collect()
     }
 
     /// Reports waiting for an answer.
@@ -262,6 +271,7 @@ async fn send(channel: Channel, report: &Report) -> Result<bool, Status> {
             Report::Started(r) => client.report_started(r.clone()).await?,
             Report::Exited(r) => client.report_exited(r.clone()).await?,
             Report::StopAck(r) => client.ack_stop(r.clone()).await?,
+            Report::Step(r) => client.report_step(r.clone()).await?,
         };
         Ok(ack.into_inner().accepted)
     };

@@ -119,6 +119,14 @@ impl AgentService for FakeNode {
     async fn ack_stop(&self, request: Request<StopAck>) -> Result<Response<ReportAck>, Status> {
         self.record(Call::StopAck(request.into_inner())).await
     }
+
+    // No job of these tests runs srun.
+    async fn report_step(
+        &self,
+        _: Request<berth_proto::agent::StepReport>,
+    ) -> Result<Response<ReportAck>, Status> {
+        Err(Status::unimplemented("no steps in these tests"))
+    }
 }
 
 /// Serves `node` on a fresh loopback port; returns "127.0.0.1:PORT".

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use berth_agent::outbox::{Outbox, Report};
 use berth_agent::steps::{StepContext, StepServer};
 use berth_agent::user::JobUser;
 use berth_proto::agent::step_service_server::StepService;
@@ -34,6 +35,13 @@ fn member(job_id: u64, alloc_id: u64) -> Assignment {
 }
 
 fn server(set: AssignmentSet) -> (StepServer, watch::Sender<Option<AssignmentSet>>) {
+    server_with_outbox(set, Outbox::new(100))
+}
+
+fn server_with_outbox(
+    set: AssignmentSet,
+    outbox: Outbox,
+) -> (StepServer, watch::Sender<Option<AssignmentSet>>) {
     let (tx, rx) = watch::channel(Some(set));
     let server = StepServer::new(StepContext {
         host: "n2".into(),
@@ -48,6 +56,7 @@ fn server(set: AssignmentSet) -> (StepServer, watch::Sender<Option<AssignmentSet
             std::process::id(),
             SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ),
+        outbox,
     });
     (server, tx)
 }
@@ -289,7 +298,9 @@ async fn an_earlier_agents_step_tasks_end_with_their_allocation() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_are_numbered_per_allocation_for_its_credential_holder() {
-    let (server, tx) = server(members(vec![member(7, 70), member(8, 80)]));
+    let outbox = Outbox::new(100);
+    let (server, tx) =
+        server_with_outbox(members(vec![member(7, 70), member(8, 80)]), outbox.clone());
     let ask = |job_id: u64, alloc_id: u64, credential: String| {
         let server = &server;
         async move {
@@ -298,6 +309,9 @@ async fn steps_are_numbered_per_allocation_for_its_credential_holder() {
                     job_id,
                     alloc_id,
                     credential,
+                    name: "hostname".into(),
+                    hosts: vec!["n1".into(), "n2".into()],
+                    ntasks: 2,
                 }))
                 .await
                 .map(|r| r.into_inner().step_id)
@@ -317,6 +331,35 @@ async fn steps_are_numbered_per_allocation_for_its_credential_holder() {
         .await
         .expect_err("another's credential");
     assert_eq!(refused.code(), Code::PermissionDenied);
+    // Step 1 of job 7 ends; each start and end goes to the leader.
+    server
+        .end_step(Request::new(berth_proto::agent::EndStepRequest {
+            job_id: 7,
+            alloc_id: 70,
+            credential: cred(7, 70),
+            step_id: 1,
+            exit_code: 4,
+        }))
+        .await
+        .expect("end");
+    let steps: Vec<(u64, u32, bool, i32)> = outbox
+        .pending()
+        .into_iter()
+        .map(|r| match r {
+            Report::Step(s) => (s.job_id, s.step_id, s.ended, s.exit_code),
+            other => panic!("a step report expected: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        vec![
+            (7, 0, false, 0),
+            (7, 1, false, 0),
+            (8, 0, false, 0),
+            (7, 2, false, 0),
+            (7, 1, true, 4)
+        ]
+    );
     // Job 7 is requeued: its new allocation counts from 0.
     tx.send_replace(Some(members(vec![member(7, 71), member(8, 80)])));
     assert_eq!(

@@ -151,4 +151,34 @@ async fn srun_and_salloc_outside_a_job_allocate_run_and_release() {
         })
         .await;
     assert_eq!(job.exit_code, 3, "{job:?}");
+    // sacct lists salloc's steps (its agent reports them, so they may
+    // trail the release a little), and no batch step: none ran.
+    let want = [
+        format!("{id}.0|sh|COMPLETED|0:0|2"),
+        format!("{id}.1|true|COMPLETED|0:0|1"),
+        format!("{id}.2|sh|COMPLETED|0:0|2"),
+    ];
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let text = cluster
+            .berth_cli(&[
+                "sacct",
+                "-j",
+                &id.to_string(),
+                "-P",
+                "-n",
+                "--format",
+                "JobID,JobName,State,ExitCode,NNodes",
+            ])
+            .await;
+        let steps: Vec<&str> = text.lines().skip(1).collect();
+        if steps == want {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "sacct never showed the steps: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

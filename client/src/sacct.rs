@@ -12,7 +12,7 @@ use crate::queue::{elapsed_s, DEFAULT_PARTITION};
 use crate::show::timestamp;
 use crate::state::{job_state, state_name};
 use crate::time::format_elapsed;
-use berth_proto::api::{Job, JobState};
+use berth_proto::api::{Job, JobState, JobStep};
 use thiserror::Error;
 
 /// sacct's columns without `--format`.
@@ -97,7 +97,7 @@ pub enum SacctError {
     TooManyFields,
     #[error("Invalid time specification \"{0}\": expected YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], HH:MM[:SS], now[-N[units]], today or midnight")]
     BadTime(String),
-    #[error("invalid job id \"{0}\": expected N, N.batch, N_M or N_M.batch")]
+    #[error("invalid job id \"{0}\": expected N, N.batch, N.STEP, N_M or N_M.batch")]
     BadJobId(String),
 }
 
@@ -157,11 +157,13 @@ pub struct Options {
     pub now_ms: u64,
 }
 
-/// One line of the table: a job, or its batch step.
+/// One line of the table: a job, its batch step, or one of its srun
+/// steps.
 #[derive(Debug, Clone, Copy)]
 struct Line<'a> {
     job: &'a Job,
     step: bool,
+    srun: Option<&'a JobStep>,
 }
 
 /// The whole output.
@@ -177,9 +179,26 @@ pub fn format_sacct(jobs: &[Job], columns: &[Column], options: Options) -> Strin
         .collect();
     let mut rows = Vec::new();
     for job in jobs {
-        let mut lines = vec![Line { job, step: false }];
+        let mut lines = vec![Line {
+            job,
+            step: false,
+            srun: None,
+        }];
         if !options.allocations && job.start_ms > 0 {
-            lines.push(Line { job, step: true });
+            // An interactive allocation runs no batch script.
+            let interactive = job.spec.as_ref().is_some_and(|s| s.interactive);
+            if !interactive {
+                lines.push(Line {
+                    job,
+                    step: true,
+                    srun: None,
+                });
+            }
+            lines.extend(job.steps.iter().map(|s| Line {
+                job,
+                step: true,
+                srun: Some(s),
+            }));
         }
         for line in lines {
             rows.push(
@@ -259,8 +278,45 @@ fn cell(value: &str, width: usize, right: bool) -> String {
     }
 }
 
+/// What an srun step's line says where it differs from its job's.
+fn srun_value(field: Field, job: &Job, s: &JobStep, now_ms: u64) -> Option<String> {
+    let spec = job.spec.clone().unwrap_or_default();
+    let id = if spec.array_job_id != 0 && field == Field::JobId {
+        format!("{}_{}", spec.array_job_id, spec.array_task_id)
+    } else {
+        job.job_id.to_string()
+    };
+    let hosts = s.hosts.len().max(1);
+    let end_ms = if s.end_ms > 0 { s.end_ms } else { now_ms };
+    Some(match field {
+        Field::JobId | Field::JobIdRaw => format!("{id}.{}", s.step_id),
+        Field::JobName => s.name.clone(),
+        Field::AllocCpus | Field::ReqCpus => spec
+            .cpus
+            .max(1)
+            .saturating_mul(u32::try_from(hosts).unwrap_or(u32::MAX))
+            .to_string(),
+        Field::State => {
+            state_name(JobState::try_from(s.state).unwrap_or(JobState::Unspecified)).to_string()
+        }
+        Field::ExitCode => format!("{}:0", s.exit_code),
+        Field::Start => when(s.start_ms),
+        Field::End => when(s.end_ms),
+        Field::Elapsed => format_elapsed_sacct(end_ms.saturating_sub(s.start_ms) / 1000),
+        Field::ElapsedRaw => (end_ms.saturating_sub(s.start_ms) / 1000).to_string(),
+        Field::NNodes => hosts.to_string(),
+        Field::NodeList => compress(&s.hosts),
+        _ => return None,
+    })
+}
+
 fn value(field: Field, line: Line<'_>, now_ms: u64) -> String {
     let job = line.job;
+    if let Some(s) = line.srun {
+        if let Some(v) = srun_value(field, job, s, now_ms) {
+            return v;
+        }
+    }
     let spec = job.spec.clone().unwrap_or_default();
     let state = job_state(job);
     let step = line.step;
@@ -320,6 +376,9 @@ fn value(field: Field, line: Line<'_>, now_ms: u64) -> String {
                 format_elapsed_sacct(spec.time_limit_s)
             }
         }
+        // The batch script runs on the first host alone.
+        Field::NNodes if step && ran => "1".to_string(),
+        Field::NodeList if step && !job.hosts.is_empty() => job.hosts[0].clone(),
         Field::NNodes => if ran {
             job.hosts.len().max(1)
         } else {
@@ -384,7 +443,16 @@ fn when(ms: u64) -> String {
 pub fn parse_sacct_job_id(text: &str) -> Result<(u64, Option<u32>), SacctError> {
     let text = text.trim();
     let bad = || SacctError::BadJobId(text.to_string());
-    let id = text.strip_suffix(".batch").unwrap_or(text);
+    // A step (`N.batch`, `N.0`) selects its job.
+    let id = match text.rsplit_once('.') {
+        Some((job, step))
+            if step == "batch"
+                || (!step.is_empty() && step.bytes().all(|b| b.is_ascii_digit())) =>
+        {
+            job
+        }
+        _ => text,
+    };
     let number = |s: &str| -> Option<u64> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             return None;
@@ -580,6 +648,61 @@ mod tests {
     }
 
     #[test]
+    fn srun_steps_follow_the_batch_step() {
+        let mut job = jobs()[0].clone();
+        job.hosts = vec!["n1".into(), "n2".into()];
+        if let Some(spec) = job.spec.as_mut() {
+            spec.nodes = 2;
+        }
+        job.steps = vec![
+            JobStep {
+                step_id: 0,
+                name: "hostname".into(),
+                state: JobState::Completed as i32,
+                exit_code: 0,
+                start_ms: 1_700_000_002_000,
+                end_ms: 1_700_000_003_000,
+                hosts: vec!["n1".into(), "n2".into()],
+                ntasks: 2,
+            },
+            JobStep {
+                step_id: 1,
+                name: "sh".into(),
+                state: JobState::Failed as i32,
+                exit_code: 4,
+                start_ms: 1_700_000_004_000,
+                end_ms: 1_700_000_010_000,
+                hosts: vec!["n1".into()],
+                ntasks: 1,
+            },
+        ];
+        let columns =
+            parse_fields("JobID,JobName,AllocCPUS,State,ExitCode,Elapsed,NNodes,NodeList")
+                .expect("valid");
+        assert_eq!(
+            format_sacct(&[job.clone()], &columns, options(Layout::Parsable2)),
+            "JobID|JobName|AllocCPUS|State|ExitCode|Elapsed|NNodes|NodeList\n\
+             4|hostname|4|COMPLETED|0:0|00:01:05|2|n[1-2]\n\
+             4.batch|batch|2|COMPLETED|0:0|00:01:05|1|n1\n\
+             4.0|hostname|4|COMPLETED|0:0|00:00:01|2|n[1-2]\n\
+             4.1|sh|2|FAILED|4:0|00:00:06|1|n1\n"
+        );
+        // -X: allocations only; an interactive allocation has no batch step.
+        let mut opts = options(Layout::Parsable2);
+        opts.allocations = true;
+        assert_eq!(
+            format_sacct(&[job.clone()], &columns, opts).lines().count(),
+            2
+        );
+        if let Some(spec) = job.spec.as_mut() {
+            spec.interactive = true;
+        }
+        let text = format_sacct(&[job], &columns, options(Layout::Parsable2));
+        assert!(!text.contains("4.batch"), "{text}");
+        assert!(text.contains("4.1|sh"), "{text}");
+    }
+
+    #[test]
     fn parsable_forms_and_format_widths() {
         let columns = parse_fields("jobid,State,Elapsed,Borrowed,jobname%4").expect("valid");
         let mut opts = options(Layout::Parsable2);
@@ -619,8 +742,13 @@ mod tests {
         assert_eq!(parse_sacct_job_id("12.batch"), Ok((12, None)));
         assert_eq!(parse_sacct_job_id("12_3"), Ok((12, Some(3))));
         assert_eq!(parse_sacct_job_id(" 12_0.batch "), Ok((12, Some(0))));
+        assert_eq!(
+            parse_sacct_job_id("12.3"),
+            Ok((12, None)),
+            "a step selects its job"
+        );
         for bad in [
-            "x", "0", "0_1", "12_", "_3", "12_x", "12_3_4", "12_[1-3]", "12.0",
+            "x", "0", "0_1", "12_", "_3", "12_x", "12_3_4", "12_[1-3]", "12.x", "12.",
         ] {
             assert_eq!(
                 parse_sacct_job_id(bad),

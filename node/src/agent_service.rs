@@ -220,6 +220,27 @@ impl AgentService for AgentServiceImpl {
         .await
     }
 
+    async fn report_step(
+        &self,
+        request: Request<StepReport>,
+    ) -> Result<Response<ReportAck>, Status> {
+        let r = request.into_inner();
+        self.report(Command::StepReported {
+            job_id: r.job_id,
+            alloc_id: r.alloc_id,
+            host: r.host,
+            report: berth_raft_store::StepReport {
+                step_id: r.step_id,
+                exit_code: r.ended.then_some(r.exit_code),
+                name: r.name,
+                hosts: r.hosts,
+                ntasks: r.ntasks,
+            },
+            now_ms: 0,
+        })
+        .await
+    }
+
     async fn ack_stop(&self, request: Request<StopAck>) -> Result<Response<ReportAck>, Status> {
         self.require_leader()?;
         let r = request.into_inner();

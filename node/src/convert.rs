@@ -202,6 +202,31 @@ pub fn job_to_proto(record: &JobRecord, reason: &Reason) -> api::Job {
         // Filled by the API from the leader's last pass.
         predicted_start_ms: 0,
         alternative: job.alloc.as_ref().map_or(0, |a| a.alternative),
+        steps: record
+            .steps
+            .iter()
+            .map(|s| step_to_proto(s, job.state))
+            .collect(),
+    }
+}
+
+/// A step's record; one whose end never came takes its job's final state.
+pub fn step_to_proto(s: &berth_raft_store::StepRecord, job_state: JobState) -> api::JobStep {
+    let state = match (s.end_ms, s.exit_code) {
+        (0, _) if job_state.is_final() => job_state,
+        (0, _) => JobState::Running,
+        (_, 0) => JobState::Completed,
+        _ => JobState::Failed,
+    };
+    api::JobStep {
+        step_id: s.step_id,
+        name: s.name.clone(),
+        state: state_to_proto(state) as i32,
+        exit_code: s.exit_code,
+        start_ms: s.start_ms,
+        end_ms: s.end_ms,
+        hosts: s.hosts.clone(),
+        ntasks: s.ntasks,
     }
 }
 

@@ -110,8 +110,9 @@ impl JobUpdate {
 /// jobs); 12 = `RegisterHost` carries the agent's `step_addr` (a
 /// version-11 node would drop it, and srun could not reach the host); 13 =
 /// `SubmitJob`'s spec carries `interactive` (a version-12 node would run
-/// an interactive allocation's description as a batch script).
-pub const COMMAND_VERSION: u32 = 13;
+/// an interactive allocation's description as a batch script); 14 = adds
+/// `StepReported` (a version-13 node cannot read it).
+pub const COMMAND_VERSION: u32 = 14;
 
 /// One Raft log payload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,6 +224,15 @@ pub enum Command {
         pid: i32,
         now_ms: u64,
     },
+    /// An srun step of the job started or ended (its batch host's agent
+    /// reports it). Added in command version 14.
+    StepReported {
+        job_id: JobId,
+        alloc_id: u64,
+        host: String,
+        report: crate::state::StepReport,
+        now_ms: u64,
+    },
     /// A change to the policy tables (QOS, accounts, users, partitions).
     /// Added in command version 2.
     SetPolicy { change: PolicyChange, now_ms: u64 },
@@ -277,6 +287,7 @@ impl Command {
             | Command::TimeLimitReached { now_ms, .. }
             | Command::HostsSilent { now_ms, .. }
             | Command::JobStarted { now_ms, .. }
+            | Command::StepReported { now_ms, .. }
             | Command::JobExited { now_ms, .. }
             | Command::SetPolicy { now_ms, .. }
             | Command::ControlJob { now_ms, .. }
@@ -304,6 +315,7 @@ impl Command {
             Command::TimeLimitReached { .. } => "TimeLimitReached",
             Command::HostsSilent { .. } => "HostsSilent",
             Command::JobStarted { .. } => "JobStarted",
+            Command::StepReported { .. } => "StepReported",
             Command::JobExited { .. } => "JobExited",
             Command::CreateReservation { .. } => "CreateReservation",
             Command::DeleteReservation { .. } => "DeleteReservation",

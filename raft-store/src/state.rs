@@ -22,6 +22,8 @@ mod lifecycle;
 mod policy_apply;
 mod reservations;
 mod spec_rules;
+mod steps;
+pub use steps::{StepRecord, StepReport, STEPS_PER_JOB_MAX};
 mod update;
 
 pub use evict::ROOM_FREED_HOLD_MS;
@@ -72,6 +74,9 @@ pub struct JobRecord {
     /// Signals ever asked for the job (the last one's `seq`).
     #[serde(default, skip_serializing_if = "u64_is_zero")]
     pub signals_total: u64,
+    /// Its srun steps, the last [`steps::STEPS_PER_JOB_MAX`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepRecord>,
 }
 
 fn u64_is_zero(n: &u64) -> bool {
@@ -513,6 +518,13 @@ impl SmState {
                 pid,
                 now_ms,
             } => self.job_started(*job_id, *alloc_id, host, *pid, *now_ms, dirty),
+            Command::StepReported {
+                job_id,
+                alloc_id,
+                host,
+                report,
+                now_ms,
+            } => self.report_step(*job_id, *alloc_id, host, report, *now_ms, dirty),
             Command::SetPolicy { change, now_ms } => self.set_policy(change, *now_ms, dirty),
             Command::ControlJob {
                 job_id,
@@ -632,6 +644,7 @@ impl SmState {
             events_total: 0,
             signals: Vec::new(),
             signals_total: 0,
+            steps: Vec::new(),
         };
         let held = if spec.hold { " (held)" } else { "" };
         let alts = if spec.alternatives.is_empty() {

@@ -22,7 +22,8 @@ pub use sweep::{sweep_leftovers, sweep_on_changes, STEP_TAG_VAR};
 
 use berth_proto::agent::step_service_server::StepService;
 use berth_proto::agent::{
-    Assignment, AssignmentSet, NextStepIdRequest, NextStepIdResponse, RunTasksRequest, TaskOutput,
+    Assignment, AssignmentSet, EndStepRequest, EndStepResponse, NextStepIdRequest,
+    NextStepIdResponse, RunTasksRequest, StepReport, TaskOutput,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -36,6 +37,11 @@ pub const STEP_TASKS_PER_HOST_MAX: usize = 1024;
 pub const STEP_ARGS_MAX: usize = 4096;
 /// Environment variables one call may pass, at most.
 pub const STEP_ENV_MAX: usize = 4096;
+/// Longest step name passed on, in characters (the leader keeps 256
+/// bytes at most).
+pub const STEP_NAME_CHARS_MAX: usize = 64;
+/// Most hosts of a step passed on.
+pub const STEP_HOSTS_MAX: usize = 4096;
 /// Output messages buffered per call before the tasks' pipes wait.
 pub const STEP_OUTPUT_BUFFER: usize = 64;
 
@@ -54,6 +60,9 @@ pub struct StepContext {
     /// tasks carry it in their tag, so a later agent process finds what an
     /// earlier one left.
     pub instance: String,
+    /// Where the step starts and ends this host numbers go, for the
+    /// leader's record (sacct).
+    pub outbox: crate::outbox::Outbox,
 }
 
 pub struct StepServer {
@@ -217,7 +226,42 @@ impl StepService for StepServer {
         let next = ids.entry(r.alloc_id).or_insert(0);
         let step_id = *next;
         *next = next.saturating_add(1);
+        drop(ids);
+        self.ctx
+            .outbox
+            .push(crate::outbox::Report::Step(StepReport {
+                host: self.ctx.host.clone(),
+                job_id: r.job_id,
+                alloc_id: r.alloc_id,
+                step_id,
+                ended: false,
+                exit_code: 0,
+                name: r.name.chars().take(STEP_NAME_CHARS_MAX).collect(),
+                hosts: r.hosts.into_iter().take(STEP_HOSTS_MAX).collect(),
+                ntasks: r.ntasks,
+            }));
         Ok(Response::new(NextStepIdResponse { step_id }))
+    }
+
+    async fn end_step(
+        &self,
+        request: Request<EndStepRequest>,
+    ) -> Result<Response<EndStepResponse>, Status> {
+        let r = request.into_inner();
+        self.authorized(r.job_id, r.alloc_id, &r.credential)
+            .map_err(|e| *e)?;
+        self.ctx
+            .outbox
+            .push(crate::outbox::Report::Step(StepReport {
+                host: self.ctx.host.clone(),
+                job_id: r.job_id,
+                alloc_id: r.alloc_id,
+                step_id: r.step_id,
+                ended: true,
+                exit_code: r.exit_code,
+                ..StepReport::default()
+            }));
+        Ok(Response::new(EndStepResponse {}))
     }
 }
 

@@ -320,17 +320,19 @@ pub fn exit_code(worst: i32) -> ExitCode {
 /// is one of the job's) as children, the others through their agents.
 /// Returns the highest task exit code.
 pub async fn run_step(args: &SrunArgs, mut place: StepPlace, alloc: &StepAlloc) -> Result<i32> {
-    // Steps are numbered by the batch host's agent, so two sruns of one
-    // script never share an id; without one, from the environment.
-    match srun_remote::next_step_id(&place, alloc).await {
+    let layout = layout(args, place.hosts.len())?;
+    // Steps are numbered by the batch host's agent (which records them
+    // for sacct), so two sruns of one script never share an id; without
+    // one, from the environment.
+    let numbered = srun_remote::next_step_id(&place, alloc, &step_name(args), &layout).await;
+    match numbered {
         Ok(Some(id)) => place.step_id = id,
         Ok(None) => {}
-        Err(e) => eprintln!(
+        Err(ref e) => eprintln!(
             "srun: warning: cannot number the step with the batch host's agent ({e:#}); it is step {}",
             place.step_id
         ),
     }
-    let layout = layout(args, place.hosts.len())?;
     let shared = step_env(args, &place, &layout);
     // The other hosts' tasks first: if any host cannot start them, no
     // task has run here yet and the step fails whole.
@@ -378,7 +380,23 @@ pub async fn run_step(args: &SrunArgs, mut place: StepPlace, alloc: &StepAlloc) 
         worst = worst.max(code);
     }
     let remote = remote_worst.await.context("waiting for the other hosts")?;
-    Ok(worst.max(remote))
+    let worst = worst.max(remote);
+    if matches!(numbered, Ok(Some(_))) {
+        if let Err(e) = srun_remote::end_step(&place, alloc, worst).await {
+            eprintln!("srun: warning: the step's end was not recorded ({e:#})");
+        }
+    }
+    Ok(worst)
+}
+
+/// The step's name: `-J`, else its command's file name, as Slurm's.
+pub fn step_name(args: &SrunArgs) -> String {
+    args.job_name.clone().unwrap_or_else(|| {
+        args.command
+            .first()
+            .map(|c| c.rsplit('/').next().unwrap_or(c).to_string())
+            .unwrap_or_default()
+    })
 }
 
 #[cfg(test)]

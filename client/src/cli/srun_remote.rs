@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _, Result};
 use berth_proto::agent::step_service_client::StepServiceClient;
-use berth_proto::agent::{NextStepIdRequest, RunTasksRequest, TaskOutput};
+use berth_proto::agent::{EndStepRequest, NextStepIdRequest, RunTasksRequest, TaskOutput};
 use tonic::Streaming;
 
 use super::srun::{open_output, Layout, SrunArgs, StepPlace};
@@ -168,34 +168,74 @@ async fn client(addr: &str) -> Result<StepServiceClient<tonic::transport::Channe
     Ok(StepServiceClient::new(channel).max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES))
 }
 
-/// The step's id, counted by the batch host's agent; `None` where the
-/// job's environment names no agent for it (a job not started by a Berth
-/// agent, or one whose agent serves no steps).
-pub async fn next_step_id(place: &StepPlace, alloc: &StepAlloc) -> Result<Option<u32>> {
-    let Some((host, addr)) = place
-        .hosts
-        .first()
-        .and_then(|h| Some((h, alloc.agents.get(h)?)))
-    else {
-        return Ok(None);
-    };
-    let request = NextStepIdRequest {
-        job_id: alloc.job_id,
-        alloc_id: alloc.alloc_id,
-        credential: alloc.credential.clone(),
-    };
-    let asked = tokio::time::timeout(Duration::from_millis(STEP_START_TIMEOUT_MS), async {
-        client(addr)
-            .await?
-            .next_step_id(request)
+/// The batch host's agent, when the job's environment names one.
+fn batch_agent<'a>(place: &'a StepPlace, alloc: &'a StepAlloc) -> Option<(&'a str, &'a str)> {
+    let host = place.hosts.first()?;
+    Some((host.as_str(), alloc.agents.get(host)?.as_str()))
+}
+
+/// Runs one call to the batch host's agent within the start timeout.
+async fn with_batch_agent<T, F, Fut>(host: &str, addr: &str, call: F) -> Result<T>
+where
+    F: FnOnce(StepServiceClient<tonic::transport::Channel>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    tokio::time::timeout(Duration::from_millis(STEP_START_TIMEOUT_MS), async {
+        let c = client(addr).await?;
+        call(c)
             .await
             .map_err(|s| anyhow::anyhow!("{}", s.message()))
     })
     .await
     .map_err(|_| anyhow::anyhow!("no answer in {STEP_START_TIMEOUT_MS} ms"))
     .and_then(|r| r)
-    .with_context(|| format!("{host} ({addr})"))?;
-    Ok(Some(asked.into_inner().step_id))
+    .with_context(|| format!("{host} ({addr})"))
+}
+
+/// The step's id, counted by the batch host's agent, which records the
+/// step's start (`name`, the hosts it uses, its task count) for sacct;
+/// `None` where the job's environment names no agent for it (a job not
+/// started by a Berth agent, or one whose agent serves no steps).
+pub async fn next_step_id(
+    place: &StepPlace,
+    alloc: &StepAlloc,
+    name: &str,
+    layout: &Layout,
+) -> Result<Option<u32>> {
+    let Some((host, addr)) = batch_agent(place, alloc) else {
+        return Ok(None);
+    };
+    let request = NextStepIdRequest {
+        job_id: alloc.job_id,
+        alloc_id: alloc.alloc_id,
+        credential: alloc.credential.clone(),
+        name: name.to_string(),
+        hosts: place.hosts[..layout.tasks.len()].to_vec(),
+        ntasks: layout.ntasks(),
+    };
+    let answer = with_batch_agent(
+        host,
+        addr,
+        |mut c| async move { c.next_step_id(request).await },
+    )
+    .await?;
+    Ok(Some(answer.into_inner().step_id))
+}
+
+/// Tells the batch host's agent the step ended with `exit_code`.
+pub async fn end_step(place: &StepPlace, alloc: &StepAlloc, exit_code: i32) -> Result<()> {
+    let Some((host, addr)) = batch_agent(place, alloc) else {
+        return Ok(());
+    };
+    let request = EndStepRequest {
+        job_id: alloc.job_id,
+        alloc_id: alloc.alloc_id,
+        credential: alloc.credential.clone(),
+        step_id: place.step_id,
+        exit_code,
+    };
+    with_batch_agent(host, addr, |mut c| async move { c.end_step(request).await }).await?;
+    Ok(())
 }
 
 async fn open(addr: &str, request: RunTasksRequest) -> Result<Streaming<TaskOutput>> {
