@@ -513,7 +513,7 @@ async fn sacct_columns_and_filters() {
     let out = run_as("sacct", &s, &["-j", "20_x"], &[]).await;
     assert_eq!(
         stderr(&out),
-        "sacct: error: invalid job id \"20_x\": expected N, N.batch, N_M or N_M.batch\n"
+        "sacct: error: invalid job id \"20_x\": expected N, N.batch, N.STEP, N_M or N_M.batch\n"
     );
     let out = run_as("sacct", &s, &["-S", "yesterday"], &[]).await;
     assert!(
