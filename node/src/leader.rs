@@ -171,7 +171,10 @@ async fn wake_on_election(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) 
         }
         let (is_leader, leader_now) = {
             let m = metrics.borrow();
-            (m.state == openraft::ServerState::Leader, m.current_leader)
+            (
+                m.state == openraft::ServerState::Leader,
+                crate::node::named_leader(&m),
+            )
         };
         if is_leader && !was_leader {
             node.pass_notify.notify_one();
