@@ -3,7 +3,7 @@
 //! leader, restart of every node, agent kill, a follower replaced by the
 //! spare node through a membership change, the leader itself replaced
 //! so), under a workload of retried submits, cancels, gets and QOS edits,
-//! then every invariant checker (about a minute and a half). Fault timing
+//! then every invariant checker (a little over a minute). Fault timing
 //! varies from run to run; the invariants must hold for any timing.
 
 use berth_chaos::drill::faults::FaultKind;
