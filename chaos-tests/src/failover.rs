@@ -18,7 +18,7 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// Pause between scrapes of the new leader's metrics.
 const POLL: Duration = Duration::from_millis(5);
 /// The gauge a node sets at the start of its first pass as a new leader.
-const FIRST_PASS: &str = "berth_scheduler_leader_first_pass_timestamp_seconds";
+pub const FIRST_PASS: &str = "berth_scheduler_leader_first_pass_timestamp_seconds";
 
 /// One round's figures, ms after the kill.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -115,6 +115,10 @@ enum Drill {
         /// Voters: 3 or 5.
         #[arg(long, default_value_t = 3)]
         nodes: u64,
+        /// Draw faults only from these kinds, comma-separated (default:
+        /// every kind the cluster's size can take).
+        #[arg(long, value_enum, value_delimiter = ',')]
+        faults: Vec<berth_chaos::drill::faults::FaultKind>,
         /// Agents (each declares --agent-cpus CPUs).
         #[arg(long, default_value_t = 3)]
         agents: u32,
@@ -290,6 +294,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             seconds,
             min_faults,
             nodes,
+            faults,
             agents,
             agent_cpus,
             submitters,
@@ -313,6 +318,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             let mut opts =
                 berth_chaos::drill::DrillOptions::new(seed, seconds, nodes, work.clone());
             opts.min_faults = min_faults;
+            opts.kinds = faults;
             opts.agents = agents;
             opts.agent_cpus = agent_cpus;
             opts.submitters = submitters;

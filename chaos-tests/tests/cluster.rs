@@ -766,3 +766,122 @@ async fn membership_changes_and_rolling_restart_keep_serving() {
     all.sort_unstable();
     assert_eq!(stale_ids, all);
 }
+
+/// A ChangeMembership that removes the leader itself: the new voters
+/// elect a leader among them, and the old one, left running outside the
+/// membership, steps down and names no leader. (openraft 0.9 keeps
+/// naming it leader, from its own vote; it used to forward every read to
+/// itself, a chain of calls to itself that never answered.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_removed_from_the_voters_hands_off_and_names_no_leader() {
+    use berth_proto::api::{AddLearnerRequest, ChangeMembershipRequest};
+    /// Longer than a removed node takes to say it knows no leader, much
+    /// shorter than a call that never ends.
+    const ANSWER_DEADLINE: Duration = Duration::from_secs(3);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = ClusterOptions {
+        spare_nodes: 1,
+        agents: 0,
+        ..ClusterOptions::default()
+    };
+    let mut cluster = LocalCluster::configure(tmp.path(), &options).expect("configure");
+    for id in 1..=3 {
+        cluster.start_node(id).expect("start node");
+    }
+    let old = cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("leader");
+    let job = submit(&cluster, "rl-0", "true").await;
+    let old_addr = cluster.addr(old).expect("addr");
+    cluster.start_node(4).expect("start node 4");
+    let addr4 = cluster.addr(4).expect("addr");
+    wait_for_status(&addr4, "node 4 listening", |_| true).await;
+    let mut client = connect(&old_addr).await.expect("connect to the leader");
+    client
+        .add_learner(AddLearnerRequest {
+            node_id: 4,
+            addr: addr4.clone(),
+        })
+        .await
+        .expect("add node 4 as a learner");
+    let new_voters: BTreeSet<u64> = (1..=3).filter(|id| *id != old).chain([4]).collect();
+    client
+        .change_membership(ChangeMembershipRequest {
+            voter_ids: new_voters.iter().copied().collect(),
+        })
+        .await
+        .expect("replace the leader with node 4");
+    wait_for_status(&addr4, "a leader among the new voters", |s| {
+        let voters: BTreeSet<u64> = s
+            .members
+            .iter()
+            .filter(|m| m.voter)
+            .map(|m| m.node_id)
+            .collect();
+        voters == new_voters && new_voters.contains(&s.leader_id)
+    })
+    .await;
+    // The old leader has stepped down and knows it leads no more.
+    wait_for_status(&old_addr, "the removed leader a learner", |s| {
+        s.role == "Learner"
+    })
+    .await;
+    let status = status_of(&old_addr)
+        .await
+        .expect("status of the old leader");
+    assert_ne!(status.leader_id, old, "{status:?}");
+    let (code, body) = cluster.http_get(old, "/readyz").expect("readyz");
+    assert_eq!(code, 503, "{body}");
+    // A read sent to it is refused at once, not forwarded to itself.
+    let mut removed = connect(&old_addr).await.expect("connect to the old leader");
+    let answer = tokio::time::timeout(
+        ANSWER_DEADLINE,
+        removed.get_job(GetJobRequest {
+            job_id: job,
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("the removed leader answers a read");
+    let refused = answer.expect_err("a node outside the membership serves no read");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    // So is a write: no leader will ever reach it, so it does not wait for
+    // one.
+    let answer = tokio::time::timeout(
+        ANSWER_DEADLINE,
+        removed.submit_job(SubmitJobRequest {
+            request_id: "rl-removed".into(),
+            spec: Some(JobSpec {
+                name: "e2e".into(),
+                user: "tester".into(),
+                command: "true".into(),
+                cpus: 1,
+                ..Default::default()
+            }),
+        }),
+    )
+    .await
+    .expect("the removed leader answers a write");
+    let refused = answer.expect_err("a node outside the membership takes no write");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    // The cluster serves on with the new voters (through node 4: the
+    // harness's client would pick the first running node, maybe the
+    // removed one).
+    let mut client4 = connect(&addr4).await.expect("connect to node 4");
+    let after = client4
+        .submit_job(SubmitJobRequest {
+            request_id: "rl-1".into(),
+            spec: Some(JobSpec {
+                name: "e2e".into(),
+                user: "tester".into(),
+                command: "true".into(),
+                cpus: 1,
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("submit through a new voter")
+        .into_inner();
+    assert!(after.job_id > job);
+}

@@ -1,9 +1,9 @@
 //! A short seeded chaos drill on a real 3-node cluster of processes: 20
 //! faults, the first one of each kind (leader kill, follower kill, paused
 //! leader, restart of every node, agent kill, a follower replaced by the
-//! spare node through a membership change), under a workload of retried
-//! submits, cancels, gets and QOS edits, then every invariant checker (about a
-//! minute). Fault timing
+//! spare node through a membership change, the leader itself replaced
+//! so), under a workload of retried submits, cancels, gets and QOS edits,
+//! then every invariant checker (a little over a minute). Fault timing
 //! varies from run to run; the invariants must hold for any timing.
 
 use berth_chaos::drill::faults::FaultKind;
@@ -39,6 +39,19 @@ async fn seeded_chaos_drill_keeps_every_invariant() {
     // The linearizability check searched every key to a verdict.
     assert!(report.lincheck.ops >= report.submits_sent, "{report}");
     assert_eq!(report.lincheck.undecided_keys, Vec::<String>::new());
-    // The leader-taking faults measured their failover.
+    // The leader-taking faults measured their failover, and the new
+    // leaders' first passes were seen.
     assert!(report.failover_ms.len() >= 3, "{report}");
+    assert!(report.first_pass_ms.len() >= 3, "{report}");
+    // Removing the leader by a membership change handed off to a leader
+    // among the new voters, timed like a kill.
+    let replaced = report
+        .faults
+        .iter()
+        .find(|f| f.kind == FaultKind::ReplaceLeader)
+        .expect("a ReplaceLeader fault");
+    let ms = replaced
+        .failover_ms
+        .unwrap_or_else(|| panic!("ReplaceLeader timed no failover: {report}"));
+    assert!(report.failover_ms.contains(&ms), "{report}");
 }

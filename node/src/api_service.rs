@@ -611,7 +611,7 @@ impl BerthApi for ApiService {
                     .unwrap_or(0),
             })
             .collect();
-        let leader_id = metrics.current_leader.unwrap_or(0);
+        let leader_id = crate::node::named_leader(&metrics).unwrap_or(0);
         let leader_addr = self.node.leader().map(|(_, a)| a).unwrap_or_default();
         Ok(Response::new(ClusterStatusResponse {
             node_id: self.node.id,

@@ -146,12 +146,32 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
             fail_silent_hosts(&node).await;
             enforce_time_limits(&node).await;
             run_pass(&node, &policy, first_of_term).await;
+            // The rest ends early once this node no longer leads in this
+            // term: a pass whose plan waited on a leader that was being
+            // removed took 2 s, and its rest of 6 s then held back the
+            // first pass when the node was elected again (found by
+            // `berth-drill chaos`'s ReplaceLeader: 1.5 s after the new
+            // leader was agreed).
             tokio::select! {
                 _ = tokio::time::sleep(started.elapsed() * PASS_REST_FACTOR) => {}
+                _ = leadership_moves(node.raft.metrics(), term) => {}
                 _ = shutdown.changed() => return,
             }
         }
     }
+}
+
+/// Resolves once `metrics` show this node no longer leading in `term` (a
+/// follower or learner now, or leader in a later term), or Raft stopped.
+async fn leadership_moves(
+    mut metrics: watch::Receiver<
+        openraft::RaftMetrics<berth_raft_store::NodeId, openraft::BasicNode>,
+    >,
+    term: u64,
+) {
+    let _ = metrics
+        .wait_for(|m| m.state != openraft::ServerState::Leader || m.current_term != term)
+        .await;
 }
 
 /// Wakes the loop the moment this node wins an election, so the first pass
@@ -171,7 +191,10 @@ async fn wake_on_election(node: Arc<Node>, mut shutdown: watch::Receiver<bool>) 
         }
         let (is_leader, leader_now) = {
             let m = metrics.borrow();
-            (m.state == openraft::ServerState::Leader, m.current_leader)
+            (
+                m.state == openraft::ServerState::Leader,
+                crate::node::named_leader(&m),
+            )
         };
         if is_leader && !was_leader {
             node.pass_notify.notify_one();
@@ -397,6 +420,39 @@ async fn run_pass(node: &Node, policy: &Policy, first_of_term: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn raft_metrics(
+        state: openraft::ServerState,
+        term: u64,
+    ) -> openraft::RaftMetrics<berth_raft_store::NodeId, openraft::BasicNode> {
+        let mut m = openraft::RaftMetrics::new_initial(1);
+        m.state = state;
+        m.current_term = term;
+        m
+    }
+
+    #[tokio::test]
+    async fn the_rest_ends_when_leadership_moves() {
+        use openraft::ServerState::{Follower, Leader, Learner};
+        let (tx, rx) = watch::channel(raft_metrics(Leader, 5));
+        let mut moves = Box::pin(leadership_moves(rx.clone(), 5));
+        // Still leading in term 5: the rest goes on.
+        assert!(futures::poll!(moves.as_mut()).is_pending());
+        let _ = tx.send(raft_metrics(Leader, 5));
+        assert!(futures::poll!(moves.as_mut()).is_pending());
+        // Removed from the voters: a learner now.
+        let _ = tx.send(raft_metrics(Learner, 5));
+        assert!(futures::poll!(moves.as_mut()).is_ready());
+        // Already a follower, or leading a later term: no rest at all.
+        let _ = tx.send(raft_metrics(Follower, 6));
+        assert!(futures::poll!(Box::pin(leadership_moves(rx.clone(), 5))).is_ready());
+        let _ = tx.send(raft_metrics(Leader, 7));
+        assert!(futures::poll!(Box::pin(leadership_moves(rx.clone(), 5))).is_ready());
+        // Raft stopped (the sender gone): nothing to wait for.
+        let _ = tx.send(raft_metrics(Leader, 5));
+        drop(tx);
+        assert!(futures::poll!(Box::pin(leadership_moves(rx, 5))).is_ready());
+    }
 
     #[test]
     fn new_leader_grants_grace_then_times_out() {

@@ -168,7 +168,7 @@ async fn readyz(State(scrape): State<Arc<Scrape>>) -> (axum::http::StatusCode, S
     let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
     let commit = crate::api_service::commit_index(&m, &voters);
     let applied = m.last_applied.map(|l| l.index).unwrap_or(0);
-    match m.current_leader {
+    match crate::node::named_leader(&m) {
         None => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             "not ready: no leader known\n".into(),
@@ -200,7 +200,7 @@ fn refresh(node: &Node) {
     metrics::gauge!("berth_raft_last_log_index").set(m.last_log_index.unwrap_or(0) as f64);
     metrics::gauge!("berth_raft_applied_index")
         .set(m.last_applied.map(|l| l.index).unwrap_or(0) as f64);
-    metrics::gauge!("berth_raft_leader_id").set(m.current_leader.unwrap_or(0) as f64);
+    metrics::gauge!("berth_raft_leader_id").set(crate::node::named_leader(&m).unwrap_or(0) as f64);
     let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
     let commit = crate::api_service::commit_index(&m, &voters);
     let applied = m.last_applied.map(|l| l.index).unwrap_or(0);

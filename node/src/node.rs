@@ -192,10 +192,23 @@ impl Node {
         2 * self.config.raft.election_timeout_max_ms
     }
 
-    /// The current leader's id and gRPC address, as this node knows them.
+    /// Whether this node is a voter or a learner of the membership it
+    /// knows.
+    pub fn is_member(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&self.id)
+            .is_some()
+    }
+
+    /// The current leader's id and gRPC address, as this node knows them
+    /// (never itself unless it leads: see [`named_leader`]).
     pub fn leader(&self) -> Option<(NodeId, String)> {
         let metrics = self.raft.metrics().borrow().clone();
-        let leader = metrics.current_leader?;
+        let leader = named_leader(&metrics)?;
         let addr = metrics
             .membership_config
             .membership()
@@ -222,6 +235,11 @@ impl Node {
                 }
             };
             match attempt {
+                // A node outside its own membership (a leader or follower
+                // removed and left running, a node not yet added) hears
+                // from no leader: waiting cannot help, and the client does
+                // better asking another node at once.
+                Err(ProposeError::NoLeader) if !self.is_member() => return attempt,
                 Err(
                     ProposeError::NotLeader { .. }
                     | ProposeError::NoLeader
@@ -436,3 +454,61 @@ impl std::fmt::Debug for Node {
 
 /// Shared handle to the node.
 pub type NodeRef = Arc<Node>;
+
+/// The leader `m` names, except this node itself while it does not lead.
+/// openraft 0.9 names the holder of the committed vote: a leader removed
+/// from the voters steps down to a learner but keeps its vote for itself,
+/// and no later leader replicates to a node outside the membership, so it
+/// would name itself for good (found by `berth-drill chaos`'s
+/// `ReplaceLeader`: such a node forwarded every read to itself, a chain
+/// of calls to itself that grew until the client gave up).
+pub fn named_leader(m: &openraft::RaftMetrics<NodeId, openraft::BasicNode>) -> Option<NodeId> {
+    m.current_leader
+        .filter(|leader| *leader != m.id || m.state == ServerState::Leader)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metrics(
+        id: NodeId,
+        state: ServerState,
+        leader: Option<NodeId>,
+    ) -> openraft::RaftMetrics<NodeId, openraft::BasicNode> {
+        let mut m = openraft::RaftMetrics::new_initial(id);
+        m.state = state;
+        m.current_leader = leader;
+        m
+    }
+
+    #[test]
+    fn a_node_names_itself_leader_only_while_it_leads() {
+        assert_eq!(
+            named_leader(&metrics(1, ServerState::Leader, Some(1))),
+            Some(1)
+        );
+        assert_eq!(
+            named_leader(&metrics(2, ServerState::Follower, Some(1))),
+            Some(1)
+        );
+        // A leader removed from the voters: a learner that still holds its
+        // own vote.
+        assert_eq!(
+            named_leader(&metrics(1, ServerState::Learner, Some(1))),
+            None
+        );
+        assert_eq!(
+            named_leader(&metrics(1, ServerState::Follower, Some(1))),
+            None
+        );
+        assert_eq!(
+            named_leader(&metrics(2, ServerState::Learner, Some(1))),
+            Some(1)
+        );
+        assert_eq!(
+            named_leader(&metrics(2, ServerState::Candidate, None)),
+            None
+        );
+    }
+}

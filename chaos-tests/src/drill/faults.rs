@@ -1,13 +1,14 @@
 //! Faults the drill injects into a local cluster, each one an episode:
-//! inject, measure how long until the survivors agree on a leader, keep
-//! the fault for a seeded while, recover, and wait until every node has
-//! caught up again.
+//! inject, measure how long until the survivors agree on a leader and
+//! until that leader's first scheduling pass, keep the fault for a seeded
+//! while, recover, and wait until every node has caught up again.
 
 use std::time::{Duration, Instant};
 
 use super::checks::AgentOutage;
 use super::membership;
 use super::rng::Rng;
+use crate::failover::{metric_value, FIRST_PASS};
 use crate::harness::{status_of, HarnessError, LocalCluster};
 
 /// Longest the drill waits for a leader, or for the nodes to catch up,
@@ -20,8 +21,14 @@ const PAUSE_MS: u64 = 2_500;
 const STATUS_TIMEOUT: Duration = Duration::from_millis(400);
 /// Pause between polls of the cluster's leader.
 const POLL: Duration = Duration::from_millis(20);
+/// Longest a fault waits for the new leader's first scheduling pass; past
+/// it the fault records none (the leader may have lost its place first).
+const FIRST_PASS_DEADLINE: Duration = Duration::from_secs(10);
+/// Pause between scrapes of the new leader's metrics. The figure is the
+/// gauge's own time stamp, so the pause does not blur it.
+const FIRST_PASS_POLL: Duration = Duration::from_millis(50);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 pub enum FaultKind {
     /// kill -9 the leader, restart it later.
     KillLeader,
@@ -40,6 +47,11 @@ pub enum FaultKind {
     /// takes a follower's seat, the follower is stopped; then the same
     /// swap back (`membership`).
     ReplaceFollower,
+    /// A membership change that removes the leader itself under load: the
+    /// spare takes the leader's seat, the old leader steps down once the
+    /// change commits and the new voters elect a leader; then the same
+    /// swap back (`membership`).
+    ReplaceLeader,
 }
 
 impl FaultKind {
@@ -52,6 +64,7 @@ impl FaultKind {
             FaultKind::RestartAll,
             FaultKind::KillAgent,
             FaultKind::ReplaceFollower,
+            FaultKind::ReplaceLeader,
         ];
         if nodes >= 5 {
             kinds.push(FaultKind::KillMinority);
@@ -60,15 +73,19 @@ impl FaultKind {
     }
 }
 
-/// The seeded order of faults: every kind once in a shuffled order (so a
-/// short drill meets each), then kinds at random.
-pub fn schedule(rng: &mut Rng, nodes: u64, count: usize) -> Vec<FaultKind> {
-    let mut first = FaultKind::all(nodes);
+/// The seeded order of faults drawn from `kinds`: every kind
+/// once in a shuffled order (so a short drill meets each), then kinds at
+/// random.
+pub fn schedule(rng: &mut Rng, kinds: &[FaultKind], count: usize) -> Vec<FaultKind> {
+    if kinds.is_empty() {
+        return Vec::new();
+    }
+    let mut first = kinds.to_vec();
     for i in (1..first.len()).rev() {
         let j = rng.range(0, i as u64) as usize;
         first.swap(i, j);
     }
-    let all = FaultKind::all(nodes);
+    let all = kinds;
     (0..count)
         .map(|i| {
             first
@@ -88,8 +105,14 @@ pub struct FaultRecord {
     /// What was hit: node ids or an agent's host.
     pub target: String,
     /// Fault → survivors agree on a new leader, for faults that take the
-    /// leader away.
+    /// leader away (for `ReplaceLeader`: the ChangeMembership call → the
+    /// new voters agree on a leader among them).
     pub failover_ms: Option<u64>,
+    /// Fault → the start of that new leader's first scheduling pass (its
+    /// `berth_scheduler_leader_first_pass_timestamp_seconds`), for faults
+    /// that take the leader away; None if none was seen in
+    /// `FIRST_PASS_DEADLINE`.
+    pub first_pass_ms: Option<u64>,
     /// ChangeMembership → every running new voter names the new voters
     /// and the same leader, for membership changes.
     pub membership_ms: Option<u64>,
@@ -115,6 +138,37 @@ fn epoch_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// Wall-clock ms since the epoch, to compare with the nodes' time stamps
+/// (every process shares this host's clock).
+pub fn wall_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1_000.0)
+}
+
+/// ms from `since_wall_ms` to the start of `leader`'s first scheduling
+/// pass as leader after it; None if it ran none within
+/// [`FIRST_PASS_DEADLINE`].
+pub async fn first_pass_after(
+    cluster: &LocalCluster,
+    leader: u64,
+    since_wall_ms: f64,
+) -> Option<u64> {
+    let start = Instant::now();
+    while start.elapsed() < FIRST_PASS_DEADLINE {
+        let pass_ms = cluster
+            .scrape_metrics(leader)
+            .ok()
+            .and_then(|text| metric_value(&text, FIRST_PASS))
+            .map(|s| s * 1_000.0);
+        if let Some(pass_ms) = pass_ms.filter(|&p| p >= since_wall_ms) {
+            return Some((pass_ms - since_wall_ms).round() as u64);
+        }
+        tokio::time::sleep(FIRST_PASS_POLL).await;
+    }
+    None
+}
+
 fn signal(pid: u32, sig: i32) -> Result<(), HarnessError> {
     // SAFETY: kill(2) on a child process the harness started.
     if unsafe { libc::kill(pid as i32, sig) } != 0 {
@@ -125,8 +179,10 @@ fn signal(pid: u32, sig: i32) -> Result<(), HarnessError> {
 
 /// The leader the running nodes outside `skip` agree on, if a majority of
 /// the `nodes` answer, they all name the same leader, and it is one of
-/// them; a node that does not answer in time has no say. (Right after a
-/// restart one node may still name a leader from before it.)
+/// them; a node that does not answer in time, or is not a member by its
+/// own account (a leader `ReplaceLeader` removed, still running), has no
+/// say. (Right after a restart one node may still name a leader from
+/// before it.)
 async fn agreed_leader(cluster: &LocalCluster, nodes: u64, skip: &[u64]) -> Option<u64> {
     let mut leader = None;
     let mut answered = 0;
@@ -135,6 +191,9 @@ async fn agreed_leader(cluster: &LocalCluster, nodes: u64, skip: &[u64]) -> Opti
         let Ok(Ok(status)) = tokio::time::timeout(STATUS_TIMEOUT, status_of(&addr)).await else {
             continue;
         };
+        if !status.members.iter().any(|m| m.node_id == id) {
+            continue;
+        }
         answered += 1;
         let ok = status.leader_id != 0
             && !skip.contains(&status.leader_id)
@@ -242,8 +301,10 @@ pub async fn inject(
     let leader = wait_leader(target.cluster, nodes, &[]).await?;
     let down_ms = rng.range(300, 1_500);
     let started = Instant::now();
+    let started_wall_ms = wall_ms();
     let at_ms = target.t0.elapsed().as_millis() as u64;
     let mut failover_ms = None;
+    let mut first_pass_ms = None;
     let mut membership_ms = None;
     let mut agent_kill = None;
     let target_text;
@@ -261,8 +322,9 @@ pub async fn inject(
             for id in &victims {
                 target.cluster.kill_node(*id)?;
             }
-            wait_leader(target.cluster, nodes, &victims).await?;
+            let new_leader = wait_leader(target.cluster, nodes, &victims).await?;
             failover_ms = Some(started.elapsed().as_millis() as u64);
+            first_pass_ms = first_pass_after(target.cluster, new_leader, started_wall_ms).await;
             tokio::time::sleep(Duration::from_millis(down_ms)).await;
             start_stopped_voters(target.cluster, nodes)?;
             target_text = format!("nodes {victims:?}");
@@ -282,8 +344,9 @@ pub async fn inject(
                 .ok_or(HarnessError::NoSuchNode(leader))?;
             signal(pid, libc::SIGSTOP)?;
             let paused = Paused(pid);
-            wait_leader(target.cluster, nodes, &[leader]).await?;
+            let new_leader = wait_leader(target.cluster, nodes, &[leader]).await?;
             failover_ms = Some(started.elapsed().as_millis() as u64);
+            first_pass_ms = first_pass_after(target.cluster, new_leader, started_wall_ms).await;
             let held = started.elapsed();
             if held < Duration::from_millis(PAUSE_MS) {
                 tokio::time::sleep(Duration::from_millis(PAUSE_MS) - held).await;
@@ -294,8 +357,9 @@ pub async fn inject(
         FaultKind::RestartAll => {
             target.cluster.kill_all_nodes()?;
             start_stopped_voters(target.cluster, nodes)?;
-            wait_leader(target.cluster, nodes, &[]).await?;
+            let new_leader = wait_leader(target.cluster, nodes, &[]).await?;
             failover_ms = Some(started.elapsed().as_millis() as u64);
+            first_pass_ms = first_pass_after(target.cluster, new_leader, started_wall_ms).await;
             target_text = "every node".to_string();
         }
         FaultKind::KillAgent => {
@@ -328,6 +392,26 @@ pub async fn inject(
                 }
             }
         }
+        FaultKind::ReplaceLeader => {
+            let hold = Duration::from_millis(down_ms);
+            // Half the time the removed leader is stopped for the hold (an
+            // operator retiring its machine), else it keeps running outside
+            // the membership, still asked by clients and agents that know
+            // it.
+            let keep_running = rng.chance(50);
+            match membership::replace_leader(target.cluster, nodes, hold, keep_running).await {
+                Ok(replaced) => {
+                    failover_ms = Some(replaced.failover_ms);
+                    first_pass_ms = replaced.first_pass_ms;
+                    membership_ms = Some(replaced.failover_ms);
+                    target_text = replaced.describe();
+                }
+                Err(e) => {
+                    let _ = start_stopped_voters(target.cluster, nodes);
+                    return Err(e);
+                }
+            }
+        }
     }
     wait_recovered(target.cluster, nodes).await?;
     Ok((
@@ -336,6 +420,7 @@ pub async fn inject(
             at_ms,
             target: target_text,
             failover_ms,
+            first_pass_ms,
             membership_ms,
             recovered_ms: started.elapsed().as_millis() as u64,
         },
@@ -348,7 +433,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_size_gets_a_membership_change_and_five_nodes_a_double_loss() {
+    fn every_size_gets_membership_changes_and_five_nodes_a_double_loss() {
         use FaultKind::*;
         let three = vec![
             KillLeader,
@@ -357,6 +442,7 @@ mod tests {
             RestartAll,
             KillAgent,
             ReplaceFollower,
+            ReplaceLeader,
         ];
         assert_eq!(FaultKind::all(3), three);
         let mut five = three;
@@ -366,17 +452,44 @@ mod tests {
 
     #[test]
     fn schedule_meets_every_kind_first_and_is_seeded() {
-        let a = schedule(&mut Rng::new(5), 3, 12);
-        let b = schedule(&mut Rng::new(5), 3, 12);
+        let a = schedule(&mut Rng::new(5), &FaultKind::all(3), 14);
+        let b = schedule(&mut Rng::new(5), &FaultKind::all(3), 14);
         assert_eq!(a, b);
-        let mut first: Vec<FaultKind> = a[..6].to_vec();
+        let mut first: Vec<FaultKind> = a[..7].to_vec();
         first.sort_by_key(|k| format!("{k:?}"));
         first.dedup();
-        assert_eq!(first.len(), 6);
+        assert_eq!(first.len(), 7);
         assert!(first.contains(&FaultKind::ReplaceFollower));
+        assert!(first.contains(&FaultKind::ReplaceLeader));
         assert!(!a.contains(&FaultKind::KillMinority));
-        let five = schedule(&mut Rng::new(5), 5, 7);
+        let five = schedule(&mut Rng::new(5), &FaultKind::all(5), 8);
         assert!(five.contains(&FaultKind::KillMinority));
-        assert!(five.contains(&FaultKind::ReplaceFollower));
+        assert!(five.contains(&FaultKind::ReplaceLeader));
+    }
+
+    #[test]
+    fn schedule_draws_only_from_the_kinds_asked() {
+        let kinds = [FaultKind::ReplaceLeader, FaultKind::KillLeader];
+        let s = schedule(&mut Rng::new(9), &kinds, 20);
+        assert_eq!(s.len(), 20);
+        assert!(s.iter().all(|k| kinds.contains(k)));
+        assert!(s[..2].contains(&FaultKind::ReplaceLeader));
+        assert!(s[..2].contains(&FaultKind::KillLeader));
+        let one = schedule(&mut Rng::new(9), &[FaultKind::ReplaceLeader], 5);
+        assert_eq!(one, vec![FaultKind::ReplaceLeader; 5]);
+    }
+
+    #[test]
+    fn fault_kinds_are_named_on_the_command_line_in_kebab_case() {
+        use clap::ValueEnum;
+        assert_eq!(
+            FaultKind::from_str("replace-leader", false),
+            Ok(FaultKind::ReplaceLeader)
+        );
+        assert_eq!(
+            FaultKind::from_str("kill-minority", false),
+            Ok(FaultKind::KillMinority)
+        );
+        assert!(FaultKind::from_str("replace", false).is_err());
     }
 }

@@ -6,19 +6,28 @@
 //! store as it was, catches up and gets its seat back; the spare is
 //! stopped), so every later fault and the final checks, which read the
 //! stores of nodes `1..=nodes`, see the original voters again.
+//!
+//! The `ReplaceLeader` fault is the same swap with the leader's seat: the
+//! change commits on the new voters, the old leader steps down (openraft
+//! 0.9 turns a leader the committed membership leaves out into a learner
+//! at its next tick) and the new voters elect a leader among them. The
+//! fault times that failover from the ChangeMembership call, to the new
+//! leader agreed and to its first scheduling pass, then swaps back.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use berth_proto::api::{AddLearnerRequest, ChangeMembershipRequest, ClusterStatusResponse};
 
-use super::faults::{wait_leader, RECOVERY_DEADLINE};
+use super::faults::{first_pass_after, wait_leader, wall_ms, RECOVERY_DEADLINE};
 use crate::harness::{connect, status_of, HarnessError, LocalCluster};
 
 /// A status call to a node that may be stopped or busy is given this long.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(400);
 /// Pause between polls and between retried membership calls.
 const POLL: Duration = Duration::from_millis(50);
+/// Pause between polls of the voters' agreement, which times a failover.
+const AGREE_POLL: Duration = Duration::from_millis(20);
 
 /// The spare node the drill keeps for membership changes: the first id
 /// after the voters (the harness numbers spares that way).
@@ -109,10 +118,9 @@ pub async fn replace_follower(
     let out = followers[(pick % followers.len() as u64) as usize];
     let incoming = spare_id(nodes);
     let catch_up_ms = join_as_learner(cluster, nodes, incoming, &[]).await?;
-    let started = Instant::now();
     let new_voters = swapped(&original, out, incoming);
-    change_voters(cluster, nodes, &new_voters, &[out]).await?;
-    let membership_ms = started.elapsed().as_millis() as u64;
+    let (called, _) = change_voters(cluster, nodes, &new_voters, &[out]).await?;
+    let membership_ms = called.at.elapsed().as_millis() as u64;
     // Out of the voters now: stopped, as an operator retires a machine.
     cluster.kill_node(out)?;
     tokio::time::sleep(hold).await;
@@ -133,6 +141,113 @@ pub async fn replace_follower(
         membership_ms,
         back_ms,
         leader_before: leader,
+        leader_after,
+    })
+}
+
+/// What one `ReplaceLeader` did, for the fault's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderReplaced {
+    /// The leader removed.
+    pub out: u64,
+    pub incoming: u64,
+    /// AddLearner → the learner applied what the leader had committed.
+    pub catch_up_ms: u64,
+    /// ChangeMembership call → every running new voter names the new
+    /// voters and the same leader, one of them: the failover.
+    pub failover_ms: u64,
+    /// ChangeMembership call → the start of that leader's first scheduling
+    /// pass; None if none was seen (it lost its place first).
+    pub first_pass_ms: Option<u64>,
+    /// The leader the new voters agreed on.
+    pub new_leader: u64,
+    /// The removed leader kept running through the hold (else it was
+    /// stopped and restarted with its store to rejoin).
+    pub kept_running: bool,
+    /// Its restart (if stopped) → the original voters agreed again.
+    pub back_ms: u64,
+    /// The leader once the swap was undone (the swap back removes the
+    /// spare, so when the spare led it moved the leader once more).
+    pub leader_after: u64,
+}
+
+impl LeaderReplaced {
+    pub fn describe(&self) -> String {
+        let first_pass = self
+            .first_pass_ms
+            .map_or("no first pass seen".to_string(), |ms| {
+                format!("first pass after {ms} ms")
+            });
+        let held = if self.kept_running {
+            "kept running outside the membership"
+        } else {
+            "stopped"
+        };
+        // Swapping back removes the spare: when it led, that is a second
+        // leader removal, and the swap back takes a hand-off longer.
+        let second = if self.new_leader == self.incoming {
+            " (the spare led: a second hand-off)"
+        } else {
+            ""
+        };
+        format!(
+            "leader {} out, node {} in (learner caught up in {} ms), node {} leads after {} ms, {first_pass}; node {} {held}, swapped back in {} ms{second}, leader {}",
+            self.out,
+            self.incoming,
+            self.catch_up_ms,
+            self.new_leader,
+            self.failover_ms,
+            self.out,
+            self.back_ms,
+            self.leader_after
+        )
+    }
+}
+
+/// Swaps the spare in for the leader, times the failover that follows,
+/// holds the new shape for `hold` (the old leader stopped, or left running
+/// outside the membership when `keep_running`), and swaps back.
+pub async fn replace_leader(
+    cluster: &mut LocalCluster,
+    nodes: u64,
+    hold: Duration,
+    keep_running: bool,
+) -> Result<LeaderReplaced, HarnessError> {
+    let original = original_voters(nodes);
+    let incoming = spare_id(nodes);
+    let catch_up_ms = join_as_learner(cluster, nodes, incoming, &[]).await?;
+    // Asked after the catch-up, not before: the fault is on the leader at
+    // the moment of the change.
+    let out = wait_leader(cluster, nodes, &[]).await?;
+    let new_voters = swapped(&original, out, incoming);
+    let (called, new_leader) = change_voters(cluster, nodes, &new_voters, &[]).await?;
+    let failover_ms = called.at.elapsed().as_millis() as u64;
+    let first_pass_ms = first_pass_after(cluster, new_leader, called.wall_ms).await;
+    if !keep_running {
+        cluster.kill_node(out)?;
+    }
+    tokio::time::sleep(hold).await;
+
+    // Back: the old leader rejoins as a learner with its store (restarted
+    // first if it was stopped) and gets its seat back; the spare leaves.
+    let started = Instant::now();
+    if !keep_running {
+        cluster.start_node(out)?;
+    }
+    join_as_learner(cluster, nodes, out, &[out]).await?;
+    change_voters(cluster, nodes, &original, &[]).await?;
+    let back_ms = started.elapsed().as_millis() as u64;
+    cluster.kill_node(incoming)?;
+    let leader_after = wait_leader(cluster, nodes, &[]).await?;
+    Ok(LeaderReplaced {
+        out,
+        incoming,
+        catch_up_ms,
+        failover_ms,
+        first_pass_ms,
+        new_leader,
+        kept_running: keep_running,
+        back_ms,
         leader_after,
     })
 }
@@ -232,19 +347,33 @@ async fn wait_applied(
     }
 }
 
+/// When the first ChangeMembership call of a change was sent.
+#[derive(Debug, Clone, Copy)]
+struct Called {
+    at: Instant,
+    /// The same instant on the wall clock, ms since the epoch.
+    wall_ms: f64,
+}
+
 /// Changes the voters to `voters` through the leader and waits until
 /// every running one of them names exactly those voters and the same
-/// leader among them. `skip` as for [`join_as_learner`].
+/// leader among them; returns when the first call was sent and that
+/// leader. `skip` as for [`join_as_learner`].
 async fn change_voters(
     cluster: &LocalCluster,
     nodes: u64,
     voters: &BTreeSet<u64>,
     skip: &[u64],
-) -> Result<(), HarnessError> {
+) -> Result<(Called, u64), HarnessError> {
     let start = Instant::now();
+    let mut called = None;
     loop {
         let leader = wait_leader(cluster, nodes, skip).await?;
         let mut client = connect(&cluster.addr(leader)?).await?;
+        called.get_or_insert_with(|| Called {
+            at: Instant::now(),
+            wall_ms: wall_ms(),
+        });
         match client
             .change_membership(ChangeMembershipRequest {
                 voter_ids: voters.iter().copied().collect(),
@@ -263,31 +392,34 @@ async fn change_voters(
             Err(_) => tokio::time::sleep(POLL).await,
         }
     }
+    let called = called.unwrap_or(Called {
+        at: start,
+        wall_ms: wall_ms(),
+    });
     loop {
-        if voters_agree(cluster, voters).await {
-            return Ok(());
+        if let Some(leader) = voters_agree(cluster, voters).await {
+            return Ok((called, leader));
         }
         if start.elapsed() > RECOVERY_DEADLINE {
             return Err(timeout(format!("every voter to name {voters:?}"), start));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(AGREE_POLL).await;
     }
 }
 
-/// Every running member of `voters` answers, names exactly `voters` as
-/// the voters, and names the same leader, one of them.
-async fn voters_agree(cluster: &LocalCluster, voters: &BTreeSet<u64>) -> bool {
+/// The leader every running member of `voters` names, if they all answer,
+/// name exactly `voters` as the voters, and name the same leader, one of
+/// them.
+async fn voters_agree(cluster: &LocalCluster, voters: &BTreeSet<u64>) -> Option<u64> {
     let mut statuses = Vec::new();
     for id in voters.iter().filter(|id| cluster.node_pid(**id).is_some()) {
-        let Ok(addr) = cluster.addr(*id) else {
-            return false;
-        };
+        let addr = cluster.addr(*id).ok()?;
         match tokio::time::timeout(STATUS_TIMEOUT, status_of(&addr)).await {
             Ok(Ok(s)) => statuses.push(s),
-            _ => return false,
+            _ => return None,
         }
     }
-    agreed_on(&statuses, voters)
+    agreed_on(&statuses, voters).then(|| statuses.first().map(|s| s.leader_id))?
 }
 
 /// The answers name exactly `voters` and one leader among them, and a
@@ -396,6 +528,39 @@ mod tests {
         assert_eq!(
             r.describe(),
             "node 2 out, node 4 in (learner caught up in 120 ms), swapped back in 900 ms, leader 1 then 3"
+        );
+    }
+
+    #[test]
+    fn the_leader_record_says_who_led_next_and_when() {
+        let mut r = LeaderReplaced {
+            out: 1,
+            incoming: 4,
+            catch_up_ms: 90,
+            failover_ms: 1_150,
+            first_pass_ms: Some(1_120),
+            new_leader: 3,
+            kept_running: true,
+            back_ms: 300,
+            leader_after: 3,
+        };
+        assert_eq!(
+            r.describe(),
+            "leader 1 out, node 4 in (learner caught up in 90 ms), node 3 leads after 1150 ms, first pass after 1120 ms; node 1 kept running outside the membership, swapped back in 300 ms, leader 3"
+        );
+        r.kept_running = false;
+        r.first_pass_ms = None;
+        assert_eq!(
+            r.describe(),
+            "leader 1 out, node 4 in (learner caught up in 90 ms), node 3 leads after 1150 ms, no first pass seen; node 1 stopped, swapped back in 300 ms, leader 3"
+        );
+        r.new_leader = 4;
+        r.first_pass_ms = Some(1_100);
+        r.back_ms = 1_400;
+        r.leader_after = 2;
+        assert_eq!(
+            r.describe(),
+            "leader 1 out, node 4 in (learner caught up in 90 ms), node 4 leads after 1150 ms, first pass after 1100 ms; node 1 stopped, swapped back in 1400 ms (the spare led: a second hand-off), leader 2"
         );
     }
 }

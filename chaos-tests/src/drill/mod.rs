@@ -57,6 +57,9 @@ pub struct DrillOptions {
     pub min_faults: usize,
     /// Voters: 3 or 5.
     pub nodes: u64,
+    /// The fault kinds drawn from (empty: every kind the cluster's size
+    /// can take, `FaultKind::all`).
+    pub kinds: Vec<faults::FaultKind>,
     pub agents: u32,
     pub agent_cpus: u32,
     pub submitters: u32,
@@ -78,6 +81,7 @@ impl DrillOptions {
             seconds,
             min_faults: 0,
             nodes,
+            kinds: Vec::new(),
             agents: 3,
             agent_cpus: 4,
             submitters: 3,
@@ -103,6 +107,18 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
             opts.nodes
         )));
     }
+    let all_kinds = faults::FaultKind::all(opts.nodes);
+    let kinds = if opts.kinds.is_empty() {
+        all_kinds
+    } else {
+        if let Some(k) = opts.kinds.iter().find(|k| !all_kinds.contains(k)) {
+            return Err(step("options")(format!(
+                "fault {k:?} needs more than {} nodes",
+                opts.nodes
+            )));
+        }
+        opts.kinds.clone()
+    };
     std::fs::create_dir_all(&opts.dir)
         .map_err(|e| step("creating the drill dir")(e.to_string()))?;
     let markers = opts.dir.join("runs.log");
@@ -110,8 +126,8 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
         &opts.dir,
         &ClusterOptions {
             nodes: opts.nodes,
-            // One spare for `ReplaceFollower`; it runs only during that
-            // fault.
+            // One spare for `ReplaceFollower` and `ReplaceLeader`; it
+            // serves only during those faults.
             spare_nodes: 1,
             agents: opts.agents,
             agent_cpus: opts.agent_cpus,
@@ -140,7 +156,7 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
 
     let t0 = Instant::now();
     let mut rng = rng::Rng::fork(opts.seed, 0);
-    let kinds = faults::schedule(&mut rng, opts.nodes, FAULTS_MAX);
+    let kinds = faults::schedule(&mut rng, &kinds, FAULTS_MAX);
     let mut faults_done = Vec::new();
     let mut agent_kills = Vec::new();
     let mut fault_error = None;
@@ -163,12 +179,13 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
                 Ok((record, kill)) => {
                     // Progress for whoever watches a long drill.
                     eprintln!(
-                        "fault {}: +{} ms {:?} ({}), failover {:?} ms, new voters {:?} ms, recovered in {} ms",
+                        "fault {}: +{} ms {:?} ({}), failover {:?} ms, first pass {:?} ms, new voters {:?} ms, recovered in {} ms",
                         faults_done.len() + 1,
                         record.at_ms,
                         record.kind,
                         record.target,
                         record.failover_ms,
+                        record.first_pass_ms,
                         record.membership_ms,
                         record.recovered_ms
                     );

@@ -52,6 +52,8 @@ pub struct Report {
     pub faults: Vec<FaultRecord>,
     /// Failover times (fault → agreed new leader), ms, sorted.
     pub failover_ms: Vec<u64>,
+    /// Fault → the new leader's first scheduling pass, ms, sorted.
+    pub first_pass_ms: Vec<u64>,
     pub submits_sent: usize,
     pub submits_acked: usize,
     pub submit_attempts: u64,
@@ -87,6 +89,8 @@ impl Report {
     ) -> Report {
         let mut failover_ms: Vec<u64> = faults.iter().filter_map(|f| f.failover_ms).collect();
         failover_ms.sort_unstable();
+        let mut first_pass_ms: Vec<u64> = faults.iter().filter_map(|f| f.first_pass_ms).collect();
+        first_pass_ms.sort_unstable();
         let mut jobs_by_state = BTreeMap::new();
         for j in jobs {
             let name = JobState::try_from(j.state)
@@ -102,6 +106,7 @@ impl Report {
             workload_s,
             faults,
             failover_ms,
+            first_pass_ms,
             submits_sent: all(|l| l.submits.len()),
             submits_acked: all(|l| l.submits.iter().filter(|s| s.job_id.is_some()).count()),
             submit_attempts: logs
@@ -139,6 +144,35 @@ impl Report {
     }
 }
 
+/// Per kind of fault that took the leader: (kind's name, failovers to an
+/// agreed leader sorted, failovers to the first pass sorted).
+pub fn failover_by_kind(faults: &[FaultRecord]) -> Vec<(String, Vec<u64>, Vec<u64>)> {
+    let mut by_kind: BTreeMap<String, (Vec<u64>, Vec<u64>)> = BTreeMap::new();
+    for f in faults {
+        if let Some(ms) = f.failover_ms {
+            let entry = by_kind.entry(format!("{:?}", f.kind)).or_default();
+            entry.0.push(ms);
+            entry.1.extend(f.first_pass_ms);
+        }
+    }
+    by_kind
+        .into_iter()
+        .map(|(kind, (mut agreed, mut pass))| {
+            agreed.sort_unstable();
+            pass.sort_unstable();
+            (kind, agreed, pass)
+        })
+        .collect()
+}
+
+/// "p50 A ms, max B ms over N" for sorted samples, or "none".
+fn p50_max(sorted_ms: &[u64]) -> String {
+    match (super::plot::nearest_rank(sorted_ms, 0.5), sorted_ms.last()) {
+        (Some(p50), Some(max)) => format!("p50 {p50} ms, max {max} ms over {}", sorted_ms.len()),
+        _ => "none".to_string(),
+    }
+}
+
 /// How many faults of each kind, by the kind's name.
 pub fn faults_by_kind(faults: &[FaultRecord]) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
@@ -169,12 +203,15 @@ impl fmt::Display for Report {
             let failover = fault
                 .failover_ms
                 .map_or(String::new(), |ms| format!(", new leader after {ms} ms"));
+            let first_pass = fault.first_pass_ms.map_or(String::new(), |ms| {
+                format!(", its first pass after {ms} ms")
+            });
             let membership = fault.membership_ms.map_or(String::new(), |ms| {
                 format!(", new voters agreed after {ms} ms")
             });
             writeln!(
                 f,
-                "  {:>3}. +{:>6} ms {:?} ({}){failover}{membership}, recovered after {} ms",
+                "  {:>3}. +{:>6} ms {:?} ({}){failover}{first_pass}{membership}, recovered after {} ms",
                 n + 1,
                 fault.at_ms,
                 fault.kind,
@@ -191,6 +228,25 @@ impl fmt::Display for Report {
                 f,
                 "failover to an agreed leader over {} faults: p50 {p50} ms, p99 {p99} ms, max {max} ms",
                 self.failover_ms.len()
+            )?;
+        }
+        if let (Some(p50), Some(p99), Some(max)) = (
+            super::plot::nearest_rank(&self.first_pass_ms, 0.5),
+            super::plot::nearest_rank(&self.first_pass_ms, 0.99),
+            self.first_pass_ms.last(),
+        ) {
+            writeln!(
+                f,
+                "failover to the new leader's first pass over {} faults: p50 {p50} ms, p99 {p99} ms, max {max} ms",
+                self.first_pass_ms.len()
+            )?;
+        }
+        for (kind, agreed, pass) in failover_by_kind(&self.faults) {
+            writeln!(
+                f,
+                "  {kind}: agreed leader {}; first pass {}",
+                p50_max(&agreed),
+                p50_max(&pass)
             )?;
         }
         let mut membership: Vec<u64> = self.faults.iter().filter_map(|f| f.membership_ms).collect();
@@ -273,6 +329,7 @@ mod tests {
             at_ms: 0,
             target: String::new(),
             failover_ms: None,
+            first_pass_ms: None,
             membership_ms: None,
             recovered_ms: 0,
         }
@@ -293,5 +350,30 @@ mod tests {
                 ("ReplaceFollower".to_string(), 1)
             ]
         );
+    }
+
+    #[test]
+    fn failovers_are_grouped_by_kind_with_their_first_passes() {
+        let timed = |kind, agreed, pass| FaultRecord {
+            failover_ms: Some(agreed),
+            first_pass_ms: pass,
+            ..fault(kind)
+        };
+        let faults = [
+            timed(FaultKind::ReplaceLeader, 1_400, Some(1_420)),
+            fault(FaultKind::KillFollower),
+            timed(FaultKind::KillLeader, 1_100, Some(1_090)),
+            timed(FaultKind::ReplaceLeader, 1_200, None),
+        ];
+        let by_kind = failover_by_kind(&faults);
+        assert_eq!(
+            by_kind,
+            vec![
+                ("KillLeader".to_string(), vec![1_100], vec![1_090]),
+                ("ReplaceLeader".to_string(), vec![1_200, 1_400], vec![1_420]),
+            ]
+        );
+        assert_eq!(p50_max(&by_kind[1].1), "p50 1200 ms, max 1400 ms over 2");
+        assert_eq!(p50_max(&[]), "none");
     }
 }

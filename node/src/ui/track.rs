@@ -112,7 +112,7 @@ pub fn spawn_leader_watch(
         loop {
             let (leader, term) = {
                 let m = metrics.borrow_and_update();
-                (m.current_leader, m.current_term)
+                (crate::node::named_leader(&m), m.current_term)
             };
             watch.lock().unwrap_or_else(|p| p.into_inner()).observe(
                 leader,
