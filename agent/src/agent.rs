@@ -62,6 +62,7 @@ fn launch_context(config: &Config) -> Result<LaunchContext, AgentError> {
         allow_root_jobs: config.jobs.allow_root_jobs,
         instance,
         step_secret: config.cluster_secret.clone(),
+        ca_file: config.tls_ca_file.clone(),
     })
 }
 
@@ -132,6 +133,12 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 bound,
                 &config.host,
             );
+            // srun dials `https://` for a service that speaks TLS.
+            let addr = if config.step_tls.is_some() && !addr.starts_with("https://") {
+                format!("https://{addr}")
+            } else {
+                addr
+            };
             tracing::info!(listen = %bound, advertised = %addr, "step service listening");
             let ctx = crate::steps::StepContext {
                 host: config.host.clone(),
@@ -142,7 +149,14 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 instance: instance.clone(),
                 outbox: outbox.clone(),
             };
-            (addr, Some(tokio::spawn(crate::steps::serve(listener, ctx))))
+            let tls = config
+                .step_tls
+                .as_ref()
+                .map(|(cert, key)| berth_auth::tls::server_config(cert, key));
+            (
+                addr,
+                Some(tokio::spawn(crate::steps::serve(listener, ctx, tls))),
+            )
         }
     };
 

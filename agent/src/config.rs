@@ -103,6 +103,11 @@ pub struct FileConfig {
     /// The address other hosts dial for it, when not this host's name
     /// (or the bound address) with the bound port.
     pub step_advertise: Option<String>,
+    /// TLS on the step service: this host's certificate chain and key
+    /// (PEM), signed by the cluster's CA (`tls_ca_file`), which srun
+    /// verifies it with. Both or neither.
+    pub step_tls_cert_file: Option<PathBuf>,
+    pub step_tls_key_file: Option<PathBuf>,
 }
 
 impl FileConfig {
@@ -223,6 +228,12 @@ pub struct Config {
     /// The address to register for it, when given; else derived from the
     /// bound address (see `steps::advertised_addr`).
     pub step_advertise: Option<String>,
+    /// The step service's certificate chain and key (PEM), when it serves
+    /// TLS.
+    pub step_tls: Option<(Vec<u8>, Vec<u8>)>,
+    /// Where the cluster's CA is (`tls_ca_file`): jobs get it as
+    /// `BERTH_CA`, so their srun and berth commands verify what they dial.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -351,7 +362,34 @@ impl Config {
             other => other,
         };
 
+        let step_tls = match (&file.step_tls_cert_file, &file.step_tls_key_file) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => {
+                let read = |path: &PathBuf, key: &str| {
+                    std::fs::read(path)
+                        .map_err(|e| invalid(format!("{key} {}: {e}", path.display())))
+                };
+                if tls_ca.is_none() {
+                    return Err(invalid(
+                        "step_tls_cert_file needs tls_ca_file: srun verifies the step service with the cluster's CA"
+                            .to_string(),
+                    ));
+                }
+                Some((
+                    read(cert, "step_tls_cert_file")?,
+                    read(key, "step_tls_key_file")?,
+                ))
+            }
+            _ => {
+                return Err(invalid(
+                    "step_tls_cert_file and step_tls_key_file go together".to_string(),
+                ))
+            }
+        };
+
         Ok(Config {
+            step_tls,
+            tls_ca_file: file.tls_ca_file.clone(),
             step_listen,
             step_advertise,
             jobs,
@@ -625,12 +663,62 @@ mod tests {
                 host: Some("two words".into()),
                 ..base.clone()
             },
+            FileConfig {
+                step_listen: Some("not an address".into()),
+                ..base.clone()
+            },
+            FileConfig {
+                step_advertise: Some("two words:1".into()),
+                ..base.clone()
+            },
+            // A certificate without its key, and TLS without the CA srun
+            // would verify it with.
+            FileConfig {
+                step_tls_cert_file: Some("/etc/hostname".into()),
+                ..base.clone()
+            },
+            FileConfig {
+                step_tls_cert_file: Some("/etc/hostname".into()),
+                step_tls_key_file: Some("/etc/hostname".into()),
+                ..base.clone()
+            },
         ];
         for file in bad {
             let err = Config::resolve(file.clone(), "agent.toml", Overrides::default(), None)
                 .expect_err(&format!("{file:?} should be rejected"));
             assert!(err.to_string().starts_with("agent.toml: "), "{err}");
         }
+    }
+
+    #[test]
+    fn the_step_service_listens_on_slurmds_port_unless_told() {
+        let base = with_host(FileConfig {
+            servers: Some(vec!["a:1".into()]),
+            ..Default::default()
+        });
+        let resolve = |file: FileConfig| {
+            Config::resolve(file, "agent.toml", Overrides::default(), None).expect("valid")
+        };
+        assert_eq!(
+            resolve(base.clone()).step_listen,
+            Some("0.0.0.0:6818".parse().expect("addr"))
+        );
+        let off = FileConfig {
+            step_listen: Some(String::new()),
+            ..base.clone()
+        };
+        assert_eq!(resolve(off).step_listen, None);
+        let lo = FileConfig {
+            step_listen: Some("127.0.0.1:0".into()),
+            step_advertise: Some("gpu01.example:7000".into()),
+            ..base
+        };
+        let config = resolve(lo);
+        assert_eq!(
+            config.step_listen,
+            Some("127.0.0.1:0".parse().expect("addr"))
+        );
+        assert_eq!(config.step_advertise.as_deref(), Some("gpu01.example:7000"));
     }
 
     #[test]

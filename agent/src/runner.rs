@@ -66,6 +66,8 @@ pub struct LaunchContext {
     /// The cluster secret, which step credentials are made with (`None`
     /// on a cluster without auth: steps need no credential there).
     pub step_secret: Option<Vec<u8>>,
+    /// The cluster's CA file, handed to jobs as `BERTH_CA`.
+    pub ca_file: Option<PathBuf>,
 }
 
 impl LaunchContext {
@@ -576,6 +578,10 @@ fn prepare(a: &Assignment, ctx: &LaunchContext) -> Result<Prepared, LaunchError>
         },
     ));
     env.push(("BERTH_JOB_TAG".into(), ctx.job_tag(a.alloc_id)));
+    if let Some(ca) = &ctx.ca_file {
+        // So the job's srun (and berth) verify the TLS they dial.
+        env.push(("BERTH_CA".into(), ca.display().to_string()));
+    }
     if let Some(u) = &run_as {
         env.push(("USER".into(), u.name.clone()));
         env.push(("LOGNAME".into(), u.name.clone()));

@@ -647,6 +647,7 @@ mod tests {
                 allow_root_jobs: true,
                 instance: "t".into(),
                 step_secret: None,
+                ca_file: None,
             },
             Duration::from_secs(10),
             outbox.clone(),

@@ -32,6 +32,7 @@ fn ctx_with(dir: &Path, cgroups: Option<Cgroups>) -> Arc<LaunchContext> {
         allow_root_jobs: true,
         instance: format!("t{}", std::process::id()),
         step_secret: None,
+        ca_file: None,
     })
 }
 

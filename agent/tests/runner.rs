@@ -28,6 +28,7 @@ fn ctx(dir: &Path) -> Arc<LaunchContext> {
         allow_root_jobs: true,
         instance: format!("t{}", std::process::id()),
         step_secret: None,
+        ca_file: None,
     })
 }
 

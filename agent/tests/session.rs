@@ -185,6 +185,8 @@ fn agent_config(dir: &std::path::Path, servers: Vec<String>) -> Config {
         tls_ca: None,
         step_listen: None,
         step_advertise: None,
+        step_tls: None,
+        tls_ca_file: None,
         inventory: berth_agent::inventory::settings::InventorySettings {
             cpus: Some(2),
             memory_mb: Some(512),

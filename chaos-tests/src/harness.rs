@@ -395,6 +395,14 @@ impl LocalCluster {
         let ca = self.dir.join("tls").join("ca.pem");
         if ca.exists() {
             agent_toml.push_str(&format!("tls_ca_file = \"{}\"\n", ca.display()));
+            // The step service speaks TLS too, with the nodes' certificate
+            // (made for 127.0.0.1, where the agents listen).
+            let tls = self.dir.join("tls");
+            agent_toml.push_str(&format!(
+                "step_tls_cert_file = \"{}\"\nstep_tls_key_file = \"{}\"\n",
+                tls.join("node.pem").display(),
+                tls.join("node.key").display()
+            ));
         }
         let secret = self.dir.join("cluster.secret");
         if secret.exists() {

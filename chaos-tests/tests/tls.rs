@@ -15,6 +15,7 @@ async fn every_connection_uses_tls() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let options = ClusterOptions {
         tls: true,
+        agents: 2,
         ..ClusterOptions::default()
     };
     let cluster = LocalCluster::start(tmp.path(), &options).expect("start");
@@ -89,5 +90,63 @@ async fn every_connection_uses_tls() {
     assert!(
         !matches!(result, Ok(Ok(_))),
         "a plaintext client was served: {result:?}"
+    );
+
+    // srun across two hosts: the job's srun reaches the other host's step
+    // service over TLS (`https://` in BERTH_STEP_AGENTS, verified with
+    // the CA the agent hands the job as BERTH_CA).
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    std::os::unix::fs::symlink(tool("berth").expect("berth"), bin.join("srun")).expect("link");
+    let script = format!(
+        "case $BERTH_STEP_AGENTS in *https://*) ;; *) echo no TLS; exit 9;; esac; \
+         {} sh -c 'echo task $SLURM_PROCID on $SLURMD_NODENAME'",
+        bin.join("srun").display()
+    );
+    let out = tokio::process::Command::new(tool("berth").expect("berth"))
+        .args(["--server", &servers, "--ca"])
+        .arg(&ca)
+        .args(["submit", "--parsable", "-N", "2", "-o", "steps.out", "-D"])
+        .arg(tmp.path())
+        .args(["--wrap", &script])
+        .output()
+        .await
+        .expect("run berth");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id: u64 = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("job id");
+    let start = Instant::now();
+    let job = loop {
+        let job = client
+            .get_job(GetJobRequest {
+                job_id: id,
+                stale: false,
+            })
+            .await
+            .expect("get job")
+            .into_inner();
+        if job.state != JobState::Pending as i32 && job.state != JobState::Running as i32 {
+            break job;
+        }
+        assert!(start.elapsed() < DEADLINE, "the 2-host job never ended");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let output = std::fs::read_to_string(tmp.path().join("steps.out")).unwrap_or_default();
+    assert_eq!(job.state, JobState::Completed as i32, "{job:?}\n{output}");
+    let mut lines: Vec<&str> = output.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            format!("task 0 on {}", job.hosts[0]),
+            format!("task 1 on {}", job.hosts[1])
+        ],
+        "{output}"
     );
 }

@@ -265,13 +265,28 @@ impl StepService for StepServer {
     }
 }
 
-/// Serves the step service on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, ctx: StepContext) {
+/// Serves the step service on `listener` (with TLS when given) until the
+/// process ends.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    ctx: StepContext,
+    tls: Option<tonic::transport::ServerTlsConfig>,
+) {
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let service =
         berth_proto::agent::step_service_server::StepServiceServer::new(StepServer::new(ctx))
             .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
-    if let Err(e) = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = match builder.tls_config(tls) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(error = %e, "step service TLS setup failed: serving no steps");
+                return;
+            }
+        };
+    }
+    if let Err(e) = builder
         .add_service(service)
         .serve_with_incoming(incoming)
         .await

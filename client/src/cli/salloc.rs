@@ -223,9 +223,14 @@ pub async fn salloc(global: &GlobalArgs, args: SallocArgs) -> Result<ExitCode> {
         .job_name
         .clone()
         .unwrap_or_else(|| "salloc".to_string());
+    let mut env = allocation_env(&granted.access, &name);
+    if let Some(ca) = &global.ca {
+        // The command's srun verifies the hosts' TLS with the same CA.
+        env.push((berth_client::CA_ENV.to_string(), ca.display().to_string()));
+    }
     let status = tokio::process::Command::new(&command[0])
         .args(&command[1..])
-        .envs(allocation_env(&granted.access, &name))
+        .envs(env)
         .status()
         .await;
     let code = match &status {

@@ -159,8 +159,8 @@ pub async fn start(
 }
 
 async fn client(addr: &str) -> Result<StepServiceClient<tonic::transport::Channel>> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .with_context(|| format!("invalid step address {addr:?}"))?
+    let channel = berth_auth::tls::endpoint_for_url(addr)
+        .map_err(|e| anyhow::anyhow!("step address: {e}"))?
         .connect_timeout(Duration::from_millis(STEP_START_TIMEOUT_MS))
         .connect()
         .await
