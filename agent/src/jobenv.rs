@@ -76,22 +76,8 @@ pub fn job_env(a: &Assignment, facts: &EnvFacts<'_>) -> Vec<(String, String)> {
         set("SLURM_ARRAY_TASK_MIN", spec.array_task_min.to_string());
         set("SLURM_ARRAY_TASK_MAX", spec.array_task_max.to_string());
     }
-    if !a.gpu_indices.is_empty() {
-        let list = a
-            .gpu_indices
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        for k in [
-            "CUDA_VISIBLE_DEVICES",
-            "ROCR_VISIBLE_DEVICES",
-            "HIP_VISIBLE_DEVICES",
-            "GPU_DEVICE_ORDINAL",
-            "SLURM_JOB_GPUS",
-        ] {
-            set(k, list.clone());
-        }
+    for (k, v) in device_env(&a.gpu_indices) {
+        set(k, v);
     }
     if a.emulator_units > 0 {
         set("BERTH_EMULATOR_UNITS", a.emulator_units.to_string());
@@ -106,6 +92,29 @@ pub fn job_env(a: &Assignment, facts: &EnvFacts<'_>) -> Vec<(String, String)> {
         }
     }
     env
+}
+
+/// The variables that name the GPU devices an allocation holds on this
+/// host (none when it holds none).
+pub const DEVICE_VARS: [&str; 5] = [
+    "CUDA_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "GPU_DEVICE_ORDINAL",
+    "SLURM_JOB_GPUS",
+];
+
+/// [`DEVICE_VARS`] set to `gpu_indices` ("1,3").
+pub fn device_env(gpu_indices: &[u32]) -> Vec<(&'static str, String)> {
+    if gpu_indices.is_empty() {
+        return Vec::new();
+    }
+    let list = gpu_indices
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    DEVICE_VARS.iter().map(|k| (*k, list.clone())).collect()
 }
 
 /// `HOST=ADDR,...` for every host with a step address, in node order.

@@ -781,6 +781,23 @@ impl LocalCluster {
         cluster
     }
 
+    /// The lines of `sacct -j JOB -P -n --format FORMAT` after the job's
+    /// own: its steps (`N.batch`, `N.0`, ...).
+    pub async fn sacct_steps(&self, job_id: u64, format: &str) -> Vec<String> {
+        let text = self
+            .berth_cli(&[
+                "sacct",
+                "-j",
+                &job_id.to_string(),
+                "-P",
+                "-n",
+                "--format",
+                format,
+            ])
+            .await;
+        text.lines().skip(1).map(str::to_string).collect()
+    }
+
     /// Runs the `berth` CLI with `args` against the cluster and returns
     /// its stdout; panics with its output when it fails (a test helper).
     pub async fn berth_cli(&self, args: &[&str]) -> String {

@@ -219,17 +219,8 @@ async fn srun_in_a_two_host_job_runs_a_task_on_each_host() {
     assert!(output.contains("srun exit 4"), "{output}");
     // sacct shows each srun as a step of the job, as Slurm's does.
     let steps = cluster
-        .berth_cli(&[
-            "sacct",
-            "-j",
-            &id.to_string(),
-            "-P",
-            "-n",
-            "--format",
-            "JobID,JobName,State,ExitCode,NNodes",
-        ])
+        .sacct_steps(id, "JobID,JobName,State,ExitCode,NNodes")
         .await;
-    let steps: Vec<&str> = steps.lines().skip(1).collect();
     assert_eq!(
         steps,
         [

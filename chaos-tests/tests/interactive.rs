@@ -160,24 +160,15 @@ async fn srun_and_salloc_outside_a_job_allocate_run_and_release() {
     ];
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
-        let text = cluster
-            .berth_cli(&[
-                "sacct",
-                "-j",
-                &id.to_string(),
-                "-P",
-                "-n",
-                "--format",
-                "JobID,JobName,State,ExitCode,NNodes",
-            ])
+        let steps = cluster
+            .sacct_steps(id, "JobID,JobName,State,ExitCode,NNodes")
             .await;
-        let steps: Vec<&str> = text.lines().skip(1).collect();
         if steps == want {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "sacct never showed the steps: {text}"
+            "sacct never showed the steps: {steps:?}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -315,16 +315,7 @@ fn assignment(
     } else {
         String::new()
     };
-    let step_addrs = alloc
-        .hosts()
-        .map(|h| {
-            s.data
-                .hosts
-                .get(h)
-                .map(|rec| rec.step_addr.clone())
-                .unwrap_or_default()
-        })
-        .collect();
+    let step_addrs = s.step_addrs(alloc.hosts());
     Some(Assignment {
         job_id: r.job.id,
         alloc_id: alloc.alloc_id,

@@ -27,16 +27,7 @@ pub fn step_access(s: &SmState, job_id: u64, secret: Option<&[u8]>) -> Result<St
         }
     };
     let hosts: Vec<String> = alloc.hosts().map(str::to_string).collect();
-    let step_addrs = hosts
-        .iter()
-        .map(|h| {
-            s.data
-                .hosts
-                .get(h)
-                .map(|rec| rec.step_addr.clone())
-                .unwrap_or_default()
-        })
-        .collect();
+    let step_addrs = s.step_addrs(hosts.iter().map(String::as_str));
     let credential = match secret {
         Some(secret) => berth_auth::step::issue(secret, job_id, alloc.alloc_id)
             .map_err(|e| Status::internal(format!("step credential: {e}")))?,

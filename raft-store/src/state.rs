@@ -312,6 +312,20 @@ impl SmState {
             .collect()
     }
 
+    /// Each host's step service address, in the order given ("" where
+    /// its agent registered none).
+    pub fn step_addrs<'a>(&self, hosts: impl Iterator<Item = &'a str>) -> Vec<String> {
+        hosts
+            .map(|h| {
+                self.data
+                    .hosts
+                    .get(h)
+                    .map(|rec| rec.step_addr.clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
     /// Allocations that hold `host` without running a batch script there
     /// (a multi-host job's other hosts, every host of an interactive
     /// allocation), not stopping: their srun steps may start tasks there

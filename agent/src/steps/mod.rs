@@ -85,6 +85,16 @@ impl StepServer {
         }
     }
 
+    /// Queues a step's start or end for the leader, from this host.
+    fn report_step(&self, report: StepReport) {
+        self.ctx
+            .outbox
+            .push(crate::outbox::Report::Step(StepReport {
+                host: self.ctx.host.clone(),
+                ..report
+            }));
+    }
+
     /// The allocation, when the caller holds its credential and this host
     /// lists it.
     fn authorized(
@@ -227,19 +237,15 @@ impl StepService for StepServer {
         let step_id = *next;
         *next = next.saturating_add(1);
         drop(ids);
-        self.ctx
-            .outbox
-            .push(crate::outbox::Report::Step(StepReport {
-                host: self.ctx.host.clone(),
-                job_id: r.job_id,
-                alloc_id: r.alloc_id,
-                step_id,
-                ended: false,
-                exit_code: 0,
-                name: r.name.chars().take(STEP_NAME_CHARS_MAX).collect(),
-                hosts: r.hosts.into_iter().take(STEP_HOSTS_MAX).collect(),
-                ntasks: r.ntasks,
-            }));
+        self.report_step(StepReport {
+            job_id: r.job_id,
+            alloc_id: r.alloc_id,
+            step_id,
+            name: r.name.chars().take(STEP_NAME_CHARS_MAX).collect(),
+            hosts: r.hosts.into_iter().take(STEP_HOSTS_MAX).collect(),
+            ntasks: r.ntasks,
+            ..StepReport::default()
+        });
         Ok(Response::new(NextStepIdResponse { step_id }))
     }
 
@@ -250,17 +256,14 @@ impl StepService for StepServer {
         let r = request.into_inner();
         self.authorized(r.job_id, r.alloc_id, &r.credential)
             .map_err(|e| *e)?;
-        self.ctx
-            .outbox
-            .push(crate::outbox::Report::Step(StepReport {
-                host: self.ctx.host.clone(),
-                job_id: r.job_id,
-                alloc_id: r.alloc_id,
-                step_id: r.step_id,
-                ended: true,
-                exit_code: r.exit_code,
-                ..StepReport::default()
-            }));
+        self.report_step(StepReport {
+            job_id: r.job_id,
+            alloc_id: r.alloc_id,
+            step_id: r.step_id,
+            ended: true,
+            exit_code: r.exit_code,
+            ..StepReport::default()
+        });
         Ok(Response::new(EndStepResponse {}))
     }
 }

@@ -25,16 +25,6 @@ const TASK_LEFTOVER_KILL_MS: u64 = 5_000;
 /// How long the rest of a task's output may take to arrive after its
 /// group is gone (a process that left the group may hold the pipe), in ms.
 const TASK_OUTPUT_DRAIN_MS: u64 = 2_000;
-/// Variables naming another host's devices, which srun's environment
-/// carries from the batch host and which this host replaces.
-const DEVICE_VARS: [&str; 5] = [
-    "CUDA_VISIBLE_DEVICES",
-    "ROCR_VISIBLE_DEVICES",
-    "HIP_VISIBLE_DEVICES",
-    "GPU_DEVICE_ORDINAL",
-    "SLURM_JOB_GPUS",
-];
-
 type Out = mpsc::Sender<Result<TaskOutput, Status>>;
 
 /// What one call runs.
@@ -55,7 +45,7 @@ pub fn task_env(step: &Step, task: u32, local: usize) -> Vec<(String, String)> {
         .request
         .env
         .iter()
-        .filter(|(k, _)| !DEVICE_VARS.contains(&k.as_str()))
+        .filter(|(k, _)| !crate::jobenv::DEVICE_VARS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     env.sort();
@@ -65,17 +55,9 @@ pub fn task_env(step: &Step, task: u32, local: usize) -> Vec<(String, String)> {
     set("SLURM_NODEID", step.request.node_id.to_string());
     set("SLURMD_NODENAME", step.host.clone());
     set(super::STEP_TAG_VAR, step.tag.clone());
-    let a = &step.alloc;
-    if !a.gpu_indices.is_empty() {
-        let list = a
-            .gpu_indices
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        for k in DEVICE_VARS {
-            set(k, list.clone());
-        }
+    // This host's devices, not those srun's environment names.
+    for (k, v) in crate::jobenv::device_env(&step.alloc.gpu_indices) {
+        set(k, v);
     }
     if let Some(u) = &step.run_as {
         set("USER", u.name.clone());

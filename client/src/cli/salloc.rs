@@ -26,19 +26,10 @@ pub const GRANT_POLL_MS: u64 = 200;
 /// Looks taken before giving up on a pending allocation (a week).
 pub const GRANT_POLLS_MAX: u64 = 7 * 86_400 * 1_000 / GRANT_POLL_MS;
 
-/// `salloc`'s options: the resources, as sbatch names them, and the
-/// command to run in the allocation.
+/// What a new allocation asks for besides hosts and tasks, named as
+/// sbatch names them (salloc's options, and srun's outside a job).
 #[derive(Args, Debug, Clone, Default)]
-pub struct SallocArgs {
-    /// Hosts, all allocated at once; MIN-MAX allocates MIN
-    #[arg(short = 'N', long, value_name = "N[-M]")]
-    pub nodes: Option<String>,
-    /// Tasks, spread evenly over the hosts
-    #[arg(short = 'n', long = "ntasks", value_name = "N")]
-    pub ntasks: Option<u32>,
-    /// CPUs per task
-    #[arg(short = 'c', long = "cpus-per-task", value_name = "N")]
-    pub cpus_per_task: Option<u32>,
+pub struct AllocOptions {
     /// Memory per host: a number with K, M, G or T [default unit: M]
     #[arg(long, value_name = "SIZE")]
     pub mem: Option<String>,
@@ -54,12 +45,45 @@ pub struct SallocArgs {
     /// Account to charge
     #[arg(short = 'A', long, value_name = "ACCOUNT")]
     pub account: Option<String>,
-    /// Job name [default: the command's first word]
-    #[arg(short = 'J', long = "job-name", value_name = "NAME")]
-    pub job_name: Option<String>,
     /// GPUs, all told ([TYPE:]N)
     #[arg(short = 'G', long, value_name = "[TYPE:]N")]
     pub gpus: Option<String>,
+}
+
+impl AllocOptions {
+    /// The first option given (inside a job, srun refuses them).
+    pub fn first_given(&self) -> Option<&'static str> {
+        [
+            (self.time.is_some(), "--time"),
+            (self.partition.is_some(), "--partition"),
+            (self.qos.is_some(), "--qos"),
+            (self.account.is_some(), "--account"),
+            (self.mem.is_some(), "--mem"),
+            (self.gpus.is_some(), "--gpus"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
+}
+
+/// `salloc`'s options: the resources, as sbatch names them, and the
+/// command to run in the allocation.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SallocArgs {
+    /// Hosts, all allocated at once; MIN-MAX allocates MIN
+    #[arg(short = 'N', long, value_name = "N[-M]")]
+    pub nodes: Option<String>,
+    /// Tasks, spread evenly over the hosts
+    #[arg(short = 'n', long = "ntasks", value_name = "N")]
+    pub ntasks: Option<u32>,
+    /// CPUs per task
+    #[arg(short = 'c', long = "cpus-per-task", value_name = "N")]
+    pub cpus_per_task: Option<u32>,
+    /// Job name [default: the command's first word]
+    #[arg(short = 'J', long = "job-name", value_name = "NAME")]
+    pub job_name: Option<String>,
+    #[command(flatten)]
+    pub alloc: AllocOptions,
     /// The command to run in the allocation [default: $SHELL]
     #[arg(
         value_name = "COMMAND",
@@ -180,19 +204,21 @@ fn submit_args(
     nodes: Option<String>,
     ntasks: Option<u32>,
     cpus_per_task: Option<u32>,
-    resources: [Option<String>; 6],
+    job_name: Option<String>,
+    alloc: &AllocOptions,
 ) -> SubmitArgs {
-    let [mem, time, partition, qos, account, gpus] = resources;
+    let alloc = alloc.clone();
     SubmitArgs {
         nodes,
         ntasks,
         cpus_per_task,
-        mem,
-        time,
-        partition,
-        qos,
-        account,
-        gpus,
+        job_name,
+        mem: alloc.mem,
+        time: alloc.time,
+        partition: alloc.partition,
+        qos: alloc.qos,
+        account: alloc.account,
+        gpus: alloc.gpus,
         ..SubmitArgs::default()
     }
 }
@@ -203,20 +229,13 @@ pub async fn salloc(global: &GlobalArgs, args: SallocArgs) -> Result<ExitCode> {
     } else {
         args.command.clone()
     };
-    let mut submit = submit_args(
+    let submit = submit_args(
         args.nodes.clone(),
         args.ntasks,
         args.cpus_per_task,
-        [
-            args.mem.clone(),
-            args.time.clone(),
-            args.partition.clone(),
-            args.qos.clone(),
-            args.account.clone(),
-            args.gpus.clone(),
-        ],
+        args.job_name.clone(),
+        &args.alloc,
     );
-    submit.job_name = args.job_name.clone();
     let description = format!("salloc {}", command.join(" "));
     let mut granted = allocate(global, "salloc", &submit, &description).await?;
     let name = args
@@ -250,16 +269,9 @@ pub async fn srun_outside(global: &GlobalArgs, args: SrunArgs) -> Result<ExitCod
             .ntasks_per_node
             .map(|per| per.saturating_mul(args.nodes.unwrap_or(1)))),
         args.cpus_per_task,
-        [
-            args.mem.clone(),
-            args.time.clone(),
-            args.partition.clone(),
-            args.qos.clone(),
-            args.account.clone(),
-            args.gpus.clone(),
-        ],
+        args.job_name.clone(),
+        &args.alloc,
     );
-    submit.job_name = args.job_name.clone();
     submit.ntasks_per_node = args.ntasks_per_node;
     let description = format!("srun {}", args.command.join(" "));
     let mut granted = allocate(global, "srun", &submit, &description).await?;

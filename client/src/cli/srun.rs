@@ -10,6 +10,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use std::process::{ExitCode, Stdio};
 
+use super::salloc::AllocOptions;
 use super::srun_remote::{self, StepAlloc};
 use super::GlobalArgs;
 
@@ -42,24 +43,9 @@ pub struct SrunArgs {
     /// Step name (outside a job, the allocation's job name too)
     #[arg(short = 'J', long = "job-name", value_name = "NAME")]
     pub job_name: Option<String>,
-    /// Outside a job: the allocation's time limit (sbatch's formats)
-    #[arg(short = 't', long, value_name = "TIME")]
-    pub time: Option<String>,
-    /// Outside a job: partitions the allocation may run in
-    #[arg(short = 'p', long, value_name = "NAME[,...]")]
-    pub partition: Option<String>,
-    /// Outside a job: the allocation's quality of service
-    #[arg(short = 'q', long, value_name = "QOS")]
-    pub qos: Option<String>,
-    /// Outside a job: the account to charge
-    #[arg(short = 'A', long, value_name = "ACCOUNT")]
-    pub account: Option<String>,
-    /// Outside a job: memory per host (K, M, G or T; default unit M)
-    #[arg(long, value_name = "SIZE")]
-    pub mem: Option<String>,
-    /// Outside a job: GPUs for the allocation, all told ([TYPE:]N)
-    #[arg(short = 'G', long, value_name = "[TYPE:]N")]
-    pub gpus: Option<String>,
+    /// Outside a job: what the allocation asks for
+    #[command(flatten)]
+    pub alloc: AllocOptions,
     /// The command and its arguments
     #[arg(
         value_name = "COMMAND",
@@ -68,22 +54,6 @@ pub struct SrunArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<String>,
-}
-
-impl SrunArgs {
-    /// The first option given that only a new allocation takes.
-    pub fn allocation_option(&self) -> Option<&'static str> {
-        [
-            (self.time.is_some(), "--time"),
-            (self.partition.is_some(), "--partition"),
-            (self.qos.is_some(), "--qos"),
-            (self.account.is_some(), "--account"),
-            (self.mem.is_some(), "--mem"),
-            (self.gpus.is_some(), "--gpus"),
-        ]
-        .into_iter()
-        .find_map(|(given, name)| given.then_some(name))
-    }
 }
 
 /// Where a step runs: the job's variables read from the environment.
@@ -300,7 +270,7 @@ pub async fn run(global: &GlobalArgs, args: SrunArgs) -> Result<ExitCode> {
         // Outside a job: allocate, run the step, release (as Slurm's srun).
         return super::salloc::srun_outside(global, args).await;
     };
-    if let Some(option) = args.allocation_option() {
+    if let Some(option) = args.alloc.first_given() {
         bail!(
             "{option} asks for a new allocation; inside job {} a step runs on the job's own",
             place.job_id
