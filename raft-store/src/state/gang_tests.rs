@@ -203,18 +203,7 @@ fn a_silent_member_host_fails_the_whole_gang_but_a_restarted_member_agent_does_n
     );
     // h2's agent restarts running nothing: it never ran anything of the
     // gang, so nothing was lost.
-    apply(
-        &mut s,
-        Command::RegisterHost {
-            name: "h2".into(),
-            inventory: Inventory::cpu_mem(8, 1024),
-            agent_restarted: true,
-            running_allocs: Vec::new(),
-            now_ms: 30,
-            drain_reason: String::new(),
-            step_addr: String::new(),
-        },
-    );
+    agent_registers(&mut s, "h2", true, "");
     assert_eq!(state_of(&s, 1), Some(JobState::Running));
     // h2 goes silent: the gang has lost a host and ends NODE_FAIL.
     let r = apply(
@@ -297,15 +286,17 @@ fn too_many_nodes_are_refused() {
     assert!(s.data.jobs.is_empty());
 }
 
-fn register_with_step_addr(s: &mut SmState, name: &str, step_addr: &str) -> Response {
+/// `name`'s agent registers (again), running nothing; `restarted`: a
+/// fresh agent process.
+fn agent_registers(s: &mut SmState, name: &str, restarted: bool, step_addr: &str) -> Response {
     apply(
         s,
         Command::RegisterHost {
             name: name.into(),
             inventory: Inventory::cpu_mem(8, 1024),
-            agent_restarted: false,
+            agent_restarted: restarted,
             running_allocs: Vec::new(),
-            now_ms: 40,
+            now_ms: 30,
             drain_reason: String::new(),
             step_addr: step_addr.into(),
         },
@@ -316,13 +307,13 @@ fn register_with_step_addr(s: &mut SmState, name: &str, step_addr: &str) -> Resp
 fn member_hosts_list_the_gang_and_agents_register_where_steps_reach_them() {
     let mut s = three_hosts();
     assert_eq!(
-        register_with_step_addr(&mut s, "h2", "10.0.0.2:6818"),
+        agent_registers(&mut s, "h2", false, "10.0.0.2:6818"),
         Response::HostRegistered
     );
     assert_eq!(s.data.hosts["h2"].step_addr, "10.0.0.2:6818");
     let long = "x".repeat(HOST_STEP_ADDR_BYTES_MAX + 1);
     assert!(matches!(
-        register_with_step_addr(&mut s, "h2", &long),
+        agent_registers(&mut s, "h2", false, &long),
         Response::Rejected { reason } if reason.contains("step address of 256 bytes")
     ));
     assert_eq!(
@@ -366,18 +357,7 @@ fn an_interactive_allocation_runs_nothing_and_survives_its_batch_agent_restartin
     assert_eq!(ids(s.members_on("h1")), [1]);
     assert_eq!(ids(s.members_on("h2")), [1]);
     // The batch host's agent restarts running nothing: nothing was lost.
-    apply(
-        &mut s,
-        Command::RegisterHost {
-            name: "h1".into(),
-            inventory: Inventory::cpu_mem(8, 1024),
-            agent_restarted: true,
-            running_allocs: Vec::new(),
-            now_ms: 30,
-            drain_reason: String::new(),
-            step_addr: String::new(),
-        },
-    );
+    agent_registers(&mut s, "h1", true, "");
     assert_eq!(state_of(&s, 1), Some(JobState::Running));
     // A cancel: its hosts stop listing it, and the batch host's agent,
     // which never ran it, reports it ended (AssignmentSet::stopping).
