@@ -29,6 +29,16 @@ pub fn job_json(job: &Job) -> Value {
         "borrowed": job.borrowed,
         "predicted_start_ms": job.predicted_start_ms,
         "alternative": job.alternative,
+        "steps": job.steps.iter().map(|s| json!({
+            "step_id": s.step_id,
+            "name": s.name,
+            "state": state_name(state_from_i32(s.state)),
+            "exit_code": s.exit_code,
+            "start_ms": s.start_ms,
+            "end_ms": s.end_ms,
+            "hosts": s.hosts,
+            "ntasks": s.ntasks,
+        })).collect::<Vec<Value>>(),
         "spec": spec_json(&job.spec.clone().unwrap_or_default()),
     })
 }
@@ -56,6 +66,7 @@ pub fn spec_json(spec: &JobSpec) -> Value {
         "hold": spec.hold,
         "nice": spec.nice,
         "comment": spec.comment,
+        "interactive": spec.interactive,
         "alternatives": spec.alternatives.iter().map(|a| json!({
             "gres": a.gres,
             "cpus": a.cpus,
@@ -138,12 +149,21 @@ mod tests {
             job_id: 5,
             state: JobState::NodeFail as i32,
             spec: Some(spec),
+            steps: vec![berth_proto::api::JobStep {
+                step_id: 0,
+                name: "hostname".into(),
+                state: JobState::Failed as i32,
+                exit_code: 2,
+                ..Default::default()
+            }],
             ..Default::default()
         };
         let value = job_json(&job);
         assert_eq!(value["state"], "NODE_FAIL");
         assert_eq!(value["state_code"], "NF");
         assert_eq!(value["spec"]["name"], "x");
+        assert_eq!(value["steps"][0]["state"], "FAILED");
+        assert_eq!(value["steps"][0]["exit_code"], 2);
         assert_eq!(value["spec"]["env"].to_string(), r#"{"A":"1","B":"2"}"#);
         let list = jobs_json(&[job], true);
         assert_eq!(list["jobs"][0]["job_id"], 5);
