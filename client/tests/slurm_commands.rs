@@ -912,6 +912,25 @@ async fn srun_inside_a_job_runs_tasks_with_step_variables() {
     )
     .await;
     assert_eq!(out.status.code(), Some(5));
+    assert_eq!(
+        stderr(&out),
+        "srun: error: localhost: task 0: Exited with exit code 5\n"
+    );
+    // -l: every line starts with its task's number.
+    let out = run_as(
+        "srun",
+        "127.0.0.1:1",
+        &["-l", "-n", "2", "sh", "-c", "echo one; echo two >&2"],
+        &[("SLURM_JOB_ID", "42")],
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mut lines: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(lines, ["0: one", "1: one"]);
+    let mut lines: Vec<String> = stderr(&out).lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(lines, ["0: two", "1: two"]);
     // Outside a job srun and salloc ask the cluster for an allocation:
     // with none answering, one clear line and a failure.
     for (tool, args) in [

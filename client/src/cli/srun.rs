@@ -31,9 +31,12 @@ pub struct SrunArgs {
     /// CPUs per task (recorded in SLURM_CPUS_PER_TASK)
     #[arg(short = 'c', long = "cpus-per-task", value_name = "N")]
     pub cpus_per_task: Option<u32>,
-    /// Output is passed straight through, so it is never buffered here
+    /// Pass output on as it comes, not a whole line at a time
     #[arg(short = 'u', long = "unbuffered")]
     pub unbuffered: bool,
+    /// Start each line of output with its task's number ("3: ")
+    #[arg(short = 'l', long = "label")]
+    pub label: bool,
     /// File for the tasks' stdout (%t task id, %j job id, %s step id)
     #[arg(short = 'o', long = "output", value_name = "PATTERN")]
     pub output: Option<String>,
@@ -312,6 +315,7 @@ pub async fn run_step(args: &SrunArgs, mut place: StepPlace, alloc: &StepAlloc) 
         .and_then(|h| layout.tasks.get(h).cloned())
         .unwrap_or_default();
     let mut children = Vec::new();
+    let mut pumps = Vec::new();
     for (local, &task) in local_tasks.iter().enumerate() {
         let mut command = tokio::process::Command::new(&args.command[0]);
         command
@@ -325,15 +329,42 @@ pub async fn run_step(args: &SrunArgs, mut place: StepPlace, alloc: &StepAlloc) 
             } else {
                 Stdio::null()
             });
-        if let Some(pattern) = &args.output {
-            command.stdout(open_output(pattern, task, &place)?);
+        match &args.output {
+            Some(pattern) => {
+                command.stdout(open_output(pattern, task, &place)?);
+            }
+            None if args.label => {
+                command.stdout(Stdio::piped());
+            }
+            None => {}
         }
-        if let Some(pattern) = args.error.as_ref().or(args.output.as_ref()) {
-            command.stderr(open_output(pattern, task, &place)?);
+        match args.error.as_ref().or(args.output.as_ref()) {
+            Some(pattern) => {
+                command.stderr(open_output(pattern, task, &place)?);
+            }
+            None if args.label => {
+                command.stderr(Stdio::piped());
+            }
+            None => {}
         }
-        let child = command
+        let mut child = command
             .spawn()
             .with_context(|| format!("cannot run {}", args.command[0]))?;
+        // -l: this host's tasks' lines are labelled here too.
+        if let Some(pipe) = child.stdout.take() {
+            pumps.push(tokio::spawn(srun_remote::pump(
+                pipe,
+                srun_remote::Sink::terminal(false, task, true),
+                args.unbuffered,
+            )));
+        }
+        if let Some(pipe) = child.stderr.take() {
+            pumps.push(tokio::spawn(srun_remote::pump(
+                pipe,
+                srun_remote::Sink::terminal(true, task, true),
+                args.unbuffered,
+            )));
+        }
         children.push((task, child));
     }
     let remote_worst = tokio::spawn(srun_remote::finish(remote, args.clone(), place.clone()));
@@ -348,6 +379,9 @@ pub async fn run_step(args: &SrunArgs, mut place: StepPlace, alloc: &StepAlloc) 
             eprintln!("srun: error: {here}: task {task}: Exited with exit code {code}");
         }
         worst = worst.max(code);
+    }
+    for pump in pumps {
+        let _ = pump.await;
     }
     let remote = remote_worst.await.context("waiting for the other hosts")?;
     let worst = worst.max(remote);

@@ -248,25 +248,41 @@ async fn open(addr: &str, request: RunTasksRequest) -> Result<Streaming<TaskOutp
 }
 
 /// Where one task's output goes.
-enum Sink {
+pub enum Sink {
     /// srun's own stdout or stderr, whole lines at a time unless
-    /// unbuffered (`pending` holds a line not yet ended).
+    /// unbuffered (`pending` holds a line not yet ended); with a `label`
+    /// (`-l`: "TASK: "), every line starts with it and lines are always
+    /// whole.
     Terminal {
         stderr: bool,
         pending: Vec<u8>,
+        label: Option<Vec<u8>>,
     },
     File(std::fs::File),
 }
 
 impl Sink {
-    fn write(&mut self, data: &[u8], unbuffered: bool) {
+    /// srun's stdout (or stderr), labelled with `task` when asked.
+    pub fn terminal(stderr: bool, task: u32, label: bool) -> Sink {
+        Sink::Terminal {
+            stderr,
+            pending: Vec::new(),
+            label: label.then(|| format!("{task}: ").into_bytes()),
+        }
+    }
+
+    pub fn write(&mut self, data: &[u8], unbuffered: bool) {
         match self {
             Sink::File(f) => {
                 let _ = f.write_all(data);
             }
-            Sink::Terminal { stderr, pending } => {
+            Sink::Terminal {
+                stderr,
+                pending,
+                label,
+            } => {
                 pending.extend_from_slice(data);
-                let upto = if unbuffered {
+                let upto = if unbuffered && label.is_none() {
                     pending.len()
                 } else {
                     pending
@@ -275,21 +291,53 @@ impl Sink {
                         .map_or(0, |i| i + 1)
                 };
                 if upto > 0 {
-                    emit(*stderr, &pending[..upto]);
+                    emit_lines(*stderr, label.as_deref(), &pending[..upto]);
                     pending.drain(..upto);
                 }
             }
         }
     }
 
-    fn flush(&mut self) {
-        if let Sink::Terminal { stderr, pending } = self {
+    pub fn flush(&mut self) {
+        if let Sink::Terminal {
+            stderr,
+            pending,
+            label,
+        } = self
+        {
             if !pending.is_empty() {
-                emit(*stderr, pending);
+                emit_lines(*stderr, label.as_deref(), pending);
                 pending.clear();
             }
         }
     }
+}
+
+/// Feeds a local task's pipe into `sink` until it closes.
+pub async fn pump(mut pipe: impl tokio::io::AsyncRead + Unpin, mut sink: Sink, unbuffered: bool) {
+    use tokio::io::AsyncReadExt as _;
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = pipe.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        sink.write(&buf[..n], unbuffered);
+    }
+    sink.flush();
+}
+
+/// Writes `bytes`, each line after `label` when there is one.
+fn emit_lines(stderr: bool, label: Option<&[u8]>, bytes: &[u8]) {
+    let Some(label) = label else {
+        emit(stderr, bytes);
+        return;
+    };
+    let mut out = Vec::with_capacity(bytes.len() + label.len());
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        out.extend_from_slice(label);
+        out.extend_from_slice(line);
+    }
+    emit(stderr, &out);
 }
 
 fn emit(stderr: bool, bytes: &[u8]) {
@@ -371,15 +419,9 @@ async fn relay(mut h: RemoteHost, args: SrunArgs, place: StepPlace) -> i32 {
                 Some(Ok(f)) => Sink::File(f),
                 Some(Err(e)) => {
                     eprintln!("srun: error: {e:#}");
-                    Sink::Terminal {
-                        stderr: stream == 2,
-                        pending: Vec::new(),
-                    }
+                    Sink::terminal(stream == 2, message.task, args.label)
                 }
-                None => Sink::Terminal {
-                    stderr: stream == 2,
-                    pending: Vec::new(),
-                },
+                None => Sink::terminal(stream == 2, message.task, args.label),
             }
         });
         sink.write(&message.data, args.unbuffered);
@@ -403,11 +445,18 @@ mod tests {
     }
 
     #[test]
+    fn labelled_lines_start_with_their_task() {
+        let mut sink = Sink::terminal(false, 3, true);
+        sink.write(b"a\nb", true);
+        match &sink {
+            Sink::Terminal { pending, .. } => assert_eq!(pending, b"b", "lines stay whole"),
+            Sink::File(_) => unreachable!(),
+        }
+    }
+
+    #[test]
     fn terminal_output_is_passed_on_in_whole_lines() {
-        let mut sink = Sink::Terminal {
-            stderr: false,
-            pending: Vec::new(),
-        };
+        let mut sink = Sink::terminal(false, 0, false);
         sink.write(b"par", false);
         match &sink {
             Sink::Terminal { pending, .. } => assert_eq!(pending, b"par"),
