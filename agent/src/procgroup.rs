@@ -165,6 +165,35 @@ pub fn processes_with_env_var<T>(pick: impl Fn(&[u8]) -> Option<T>) -> Vec<(i32,
     found
 }
 
+/// True while `pid` is a child of this process (running or a zombie we
+/// have not reaped), from field 4 of /proc/PID/stat.
+pub fn is_our_child(pid: i32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The command name may hold spaces and parentheses: fields resume
+    // after the last ')'.
+    let Some(rest) = text.rfind(')').map(|i| &text[i + 1..]) else {
+        return false;
+    };
+    let ppid = rest
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse::<u32>().ok());
+    ppid == Some(std::process::id())
+}
+
+/// Reaps `pid` if it is an exited child of ours; true once it is reaped
+/// or is no child of ours (reaped already, or never ours).
+pub fn reaped_or_gone(pid: i32) -> bool {
+    if pid <= 1 {
+        return true;
+    }
+    // SAFETY: waitpid with WNOHANG and a null status pointer.
+    let rc = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+    rc != 0
+}
+
 /// Reaps each of `pids` that is an exited child of ours, without blocking
 /// (orphans of a job come to the agent as the subreaper).
 pub fn reap_pids(pids: &[i32]) {

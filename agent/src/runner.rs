@@ -476,6 +476,8 @@ async fn clear_leftovers(t: &Tracked) {
     }
     let deadline = Instant::now() + timeout;
     let mut seen: Vec<i32> = t.outside_pids();
+    // Leftovers that were our children when killed (see below).
+    let mut dying_children: Vec<i32> = Vec::new();
     loop {
         let left = match &t.cgroup {
             Some(cg) => cgroup::kill_all(cg),
@@ -488,7 +490,18 @@ async fn clear_leftovers(t: &Tracked) {
                 pids
             }
         };
-        seen.extend(&left);
+        // Our children are reaped only through `dying_children`, which
+        // forgets each the moment it is reaped (its pid may be reused).
+        for &pid in &left {
+            if procgroup::is_our_child(pid) {
+                if !dying_children.contains(&pid) {
+                    dying_children.push(pid);
+                }
+            } else {
+                seen.push(pid);
+            }
+        }
+        dying_children.retain(|&pid| !procgroup::reaped_or_gone(pid));
         procgroup::reap_pids(&seen);
         // Zombies that are not our children still carry the tag until
         // their parent reaps them; they run nothing.
@@ -507,7 +520,18 @@ async fn clear_leftovers(t: &Tracked) {
     }
     seen.sort_unstable();
     seen.dedup();
-    procgroup::reap_pids(&seen);
+    // SIGKILL lands asynchronously: a leftover of ours that was still
+    // dying when it was last reaped would stay a zombie. Each was our
+    // child when it was killed, so its pid stays its own until we reap it:
+    // waiting on exactly those pids cannot reap another job's process.
+    let mut ours = dying_children;
+    let reap_deadline = Instant::now() + timeout;
+    while !ours.is_empty() && Instant::now() < reap_deadline {
+        ours.retain(|&pid| !procgroup::reaped_or_gone(pid));
+        if !ours.is_empty() {
+            tokio::time::sleep(Duration::from_millis(LEFTOVER_POLL_MS)).await;
+        }
+    }
     if let Some(cg) = &t.cgroup {
         if let Err(e) = cgroup::remove(cg) {
             tracing::warn!(cgroup = %cg.display(), error = %e, "cannot remove the job's cgroup");
