@@ -257,9 +257,15 @@ impl Outbox {
     }
 }
 
-/// Errors that no retry will fix: the report itself is refused.
+/// Errors that no retry will fix: the report itself is refused, or the
+/// server has no such call (an older berthd and a step report, during a
+/// rolling upgrade done agents first): retrying would hold every later
+/// report, exits included, behind it.
 fn is_permanent(status: &Status) -> bool {
-    matches!(status.code(), Code::InvalidArgument | Code::NotFound)
+    matches!(
+        status.code(),
+        Code::InvalidArgument | Code::NotFound | Code::Unimplemented
+    )
 }
 
 /// Sends one report; Ok(accepted) on an answer.
@@ -292,6 +298,20 @@ mod tests {
             alloc_id,
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn refusals_no_retry_can_fix_are_permanent() {
+        for code in [Code::InvalidArgument, Code::NotFound, Code::Unimplemented] {
+            assert!(is_permanent(&Status::new(code, "")), "{code:?}");
+        }
+        for code in [
+            Code::Unavailable,
+            Code::DeadlineExceeded,
+            Code::FailedPrecondition,
+        ] {
+            assert!(!is_permanent(&Status::new(code, "")), "{code:?}");
+        }
     }
 
     #[test]
