@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::netlab::NetLab;
 use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
 use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::{
@@ -28,6 +29,8 @@ pub enum HarnessError {
     NoSuchNode(u64),
     #[error("rpc: {0}")]
     Rpc(String),
+    #[error(transparent)]
+    Netlab(#[from] crate::netlab::NetlabError),
 }
 
 /// Where the workspace's binaries are: `BERTH_BIN_DIR`, else the cargo
@@ -122,6 +125,9 @@ pub struct LocalCluster {
     agents: Vec<(u32, Option<Child>)>,
     /// More TOML for agent `i`'s config file (see `set_agent_toml`).
     agent_toml: std::collections::BTreeMap<u32, String>,
+    /// With `ClusterOptions::netns`: node `id` is member `n{id}`, agent
+    /// `i` member `a{i}`. Removed after every process is stopped.
+    netlab: Option<NetLab>,
 }
 
 /// Knobs for [`LocalCluster::start`].
@@ -146,7 +152,15 @@ pub struct ClusterOptions {
     /// connections then use TLS too (a process-wide setting: keep TLS
     /// tests in their own test binary).
     pub tls: bool,
+    /// Every node and agent in a network namespace of its own on a private
+    /// bridge ([`crate::netlab`], needs root), so one can be cut off from
+    /// the rest ([`LocalCluster::cut_node`]); else all on loopback.
+    pub netns: bool,
 }
+
+/// A node's gRPC and HTTP ports inside its own namespace.
+const NETNS_GRPC_PORT: u16 = 7_100;
+const NETNS_HTTP_PORT: u16 = 9_100;
 
 impl Default for ClusterOptions {
     fn default() -> Self {
@@ -156,6 +170,7 @@ impl Default for ClusterOptions {
             snapshot_every_entries: None,
             auth: false,
             tls: false,
+            netns: false,
             agents: 1,
             agent_cpus: 0,
         }
@@ -178,9 +193,41 @@ impl LocalCluster {
         let berthd = binary(&bins, "berthd")?;
         let agent_bin = binary(&bins, "berth-agent")?;
         std::fs::create_dir_all(dir)?;
+        if options.netns && options.tls {
+            // The test certificate names 127.0.0.1 only.
+            return Err(HarnessError::Rpc(
+                "a cluster in namespaces runs without TLS".into(),
+            ));
+        }
+        let mut netlab = if options.netns {
+            Some(NetLab::create()?)
+        } else {
+            None
+        };
+        // (gRPC address, HTTP address) of each node.
         let mut members = Vec::new();
+        let mut http_addrs = Vec::new();
         for id in 1..=options.nodes + options.spare_nodes {
-            members.push((id, format!("127.0.0.1:{}", free_port()?)));
+            let (addr, http) = match netlab.as_mut() {
+                Some(lab) => {
+                    let ip = lab.add(&format!("n{id}"))?;
+                    (
+                        format!("{ip}:{NETNS_GRPC_PORT}"),
+                        format!("{ip}:{NETNS_HTTP_PORT}"),
+                    )
+                }
+                None => (
+                    format!("127.0.0.1:{}", free_port()?),
+                    format!("127.0.0.1:{}", free_port()?),
+                ),
+            };
+            members.push((id, addr));
+            http_addrs.push(http);
+        }
+        if let Some(lab) = netlab.as_mut() {
+            for i in 1..=options.agents {
+                lab.add(&format!("a{i}"))?;
+            }
         }
         let member_line =
             |(id, addr): &(u64, String)| format!("[[members]]\nid = {id}\naddr = \"{addr}\"\n");
@@ -215,7 +262,7 @@ impl LocalCluster {
         };
         let voter_toml: String = voters.iter().map(member_line).collect();
         let mut nodes = Vec::new();
-        for (id, addr) in &members {
+        for ((id, addr), metrics_addr) in members.iter().zip(http_addrs) {
             // A spare node lists itself too (its config must name it); it
             // never bootstraps, so the list only serves that check.
             let member_toml = if *id > options.nodes {
@@ -223,7 +270,6 @@ impl LocalCluster {
             } else {
                 voter_toml.clone()
             };
-            let metrics_addr = format!("127.0.0.1:{}", free_port()?);
             // Heartbeat timeout 10 s, berthd's default. Agents find a new
             // leader by asking every member at once (agent/src/discover.rs);
             // with it, berth-drill chaos --seed 11 passed with 3 s on this
@@ -260,6 +306,7 @@ impl LocalCluster {
             nodes,
             agents,
             agent_toml: std::collections::BTreeMap::new(),
+            netlab,
         })
     }
 
@@ -321,11 +368,27 @@ impl LocalCluster {
         Ok((Stdio::from(file.try_clone()?), Stdio::from(file)))
     }
 
+    /// A command for `program` as member `label` runs it: in that
+    /// member's namespace when the cluster has them.
+    fn member_command(&self, label: &str, program: &Path) -> Result<Command, HarnessError> {
+        Ok(match &self.netlab {
+            Some(lab) => {
+                // `ip netns exec` enters the namespace and execs the
+                // program: the pid (and the parent-death signal) carry over.
+                let mut cmd = command(Path::new("ip"));
+                cmd.args(["netns", "exec"])
+                    .arg(lab.namespace(label)?)
+                    .arg(program);
+                cmd
+            }
+            None => command(program),
+        })
+    }
+
     pub fn start_node(&mut self, id: u64) -> Result<(), HarnessError> {
         let (out, err) = self.log_file(&format!("node-{id}.log"))?;
-        let berthd = self.berthd.clone();
+        let mut cmd = self.member_command(&format!("n{id}"), &self.berthd)?;
         let node = self.node_mut(id)?;
-        let mut cmd = command(&berthd);
         // berthd reads BERTH_* variables as config keys and refuses unknown
         // ones; the harness's caller sets its own (BERTH_BIN_DIR,
         // BERTH_ETCD, ...), and a node's config is its file alone.
@@ -374,7 +437,7 @@ impl LocalCluster {
         let (out, err) = self.log_file(&format!("agent-{i}.log"))?;
         let work = self.dir.join("work");
         std::fs::create_dir_all(&work)?;
-        let mut cmd = command(&self.agent_bin);
+        let mut cmd = self.member_command(&format!("a{i}"), &self.agent_bin)?;
         cmd.arg("--server")
             .arg(self.servers().join(","))
             .arg("--host")
@@ -384,9 +447,13 @@ impl LocalCluster {
         // Records for re-adoption under the test's directory (each host in
         // its own subdirectory); test jobs run as the agent's user, root
         // included, since the submitters are not users of this machine.
+        let step_ip = match &self.netlab {
+            Some(lab) => lab.ip(&format!("a{i}"))?,
+            None => "127.0.0.1".to_string(),
+        };
         let mut agent_toml = format!(
             "state_dir = \"{}\"\njob_user = \"agent\"\nallow_root_jobs = true\n\
-             step_listen = \"127.0.0.1:0\"\n",
+             step_listen = \"{step_ip}:0\"\n",
             self.dir.join("agent-state").display()
         );
         if cpus > 0 {
@@ -564,6 +631,36 @@ impl LocalCluster {
             .filter(|n| n.child.is_some())
             .map(|n| n.addr.clone())
             .collect()
+    }
+
+    /// Whether every node and agent runs in its own network namespace.
+    pub fn in_namespaces(&self) -> bool {
+        self.netlab.is_some()
+    }
+
+    fn lab(&self) -> Result<&NetLab, HarnessError> {
+        self.netlab.as_ref().ok_or_else(|| {
+            HarnessError::Rpc("this cluster was started without network namespaces".into())
+        })
+    }
+
+    /// Cuts node `id` off from every other process (nodes, agents, this
+    /// one): its packets are lost until [`Self::heal_node`].
+    pub fn cut_node(&self, id: u64) -> Result<(), HarnessError> {
+        Ok(self.lab()?.cut(&format!("n{id}"))?)
+    }
+
+    pub fn heal_node(&self, id: u64) -> Result<(), HarnessError> {
+        Ok(self.lab()?.heal(&format!("n{id}"))?)
+    }
+
+    /// Cuts agent `i` (1-based) off from every node; its jobs run on.
+    pub fn cut_agent(&self, i: u32) -> Result<(), HarnessError> {
+        Ok(self.lab()?.cut(&format!("a{i}"))?)
+    }
+
+    pub fn heal_agent(&self, i: u32) -> Result<(), HarnessError> {
+        Ok(self.lab()?.heal(&format!("a{i}"))?)
     }
 
     /// kill -9 a node.

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod drill;
 pub mod failover;
 pub mod harness;
+pub mod netlab;
 pub mod pass_grid;
 pub mod plots;
 pub mod simulated_hosts;

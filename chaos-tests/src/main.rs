@@ -98,8 +98,9 @@ enum Drill {
     /// Run submitters, cancels and QOS edits while injecting faults
     /// (leader and follower kills, a paused leader, a restart of every
     /// node, agent kills, a follower replaced by a spare node through a
-    /// membership change, and on 5 nodes two members lost at once) on a
-    /// seeded schedule; then check the invariants.
+    /// membership change, on 5 nodes two members lost at once, and with
+    /// --netns the leader or an agent cut off the network) on a seeded
+    /// schedule; then check the invariants.
     /// Exits 1 on any violation.
     Chaos {
         /// Seed of the workload and the fault schedule.
@@ -130,6 +131,11 @@ enum Drill {
         /// Longest quiet time between two faults, in ms.
         #[arg(long, default_value_t = 3_000)]
         fault_gap_ms: u64,
+        /// Run every node and agent in a network namespace of its own on a
+        /// private bridge (needs root and iproute2), which adds the faults
+        /// cut-leader and cut-agent.
+        #[arg(long)]
+        netns: bool,
         /// Also write the report as JSON to this file.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
@@ -299,6 +305,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             agent_cpus,
             submitters,
             fault_gap_ms,
+            netns,
             json,
             plot,
             dir,
@@ -323,6 +330,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             opts.agent_cpus = agent_cpus;
             opts.submitters = submitters;
             opts.fault_gap_ms = fault_gap_ms;
+            opts.netns = netns;
             let report = match berth_chaos::drill::run(&opts).await {
                 Ok(report) => report,
                 Err(e) => {

@@ -14,9 +14,13 @@ use crate::harness::{status_of, HarnessError, LocalCluster};
 /// Longest the drill waits for a leader, or for the nodes to catch up,
 /// after a fault.
 pub const RECOVERY_DEADLINE: Duration = Duration::from_secs(60);
-/// How long the leader stays stopped: well past the election timeout
-/// (300–600 ms) and the lease openraft keeps after it.
+/// How long the leader stays stopped or cut off: well past the election
+/// timeout (300–600 ms) and the lease openraft keeps after it.
 const PAUSE_MS: u64 = 2_500;
+/// A cut agent stays cut off between these (ms): long enough for several
+/// missed heartbeats (500 ms apart in the harness) and calls that stall,
+/// well inside the 10 s heartbeat timeout.
+const AGENT_CUT_MS: (u64, u64) = (1_000, 3_000);
 /// A status call to a node that may be stopped is given this long.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(400);
 /// Pause between polls of the cluster's leader.
@@ -52,11 +56,27 @@ pub enum FaultKind {
     /// change commits and the new voters elect a leader; then the same
     /// swap back (`membership`).
     ReplaceLeader,
+    /// Cut the leader off from every other process (its network link
+    /// goes down: nodes, agents and clients lose its packets and it
+    /// theirs) past the election timeout, then heal it. Needs the cluster
+    /// in network namespaces (`--netns`).
+    CutLeader,
+    /// Cut an agent off from every node for 1-3 s (well inside the
+    /// heartbeat timeout), then heal it: its jobs run on, their exits are
+    /// reported after, and its host is never marked down. Needs
+    /// `--netns`.
+    CutAgent,
 }
 
 impl FaultKind {
-    /// The kinds a cluster of `nodes` can take.
-    pub fn all(nodes: u64) -> Vec<FaultKind> {
+    /// Whether the kind cuts links and so needs a cluster in namespaces.
+    pub fn needs_netns(self) -> bool {
+        matches!(self, FaultKind::CutLeader | FaultKind::CutAgent)
+    }
+
+    /// The kinds a cluster of `nodes` can take; the network cuts only
+    /// where its processes run in namespaces (`netns`).
+    pub fn all(nodes: u64, netns: bool) -> Vec<FaultKind> {
         let mut kinds = vec![
             FaultKind::KillLeader,
             FaultKind::KillFollower,
@@ -68,6 +88,9 @@ impl FaultKind {
         ];
         if nodes >= 5 {
             kinds.push(FaultKind::KillMinority);
+        }
+        if netns {
+            kinds.extend([FaultKind::CutLeader, FaultKind::CutAgent]);
         }
         kinds
     }
@@ -118,6 +141,17 @@ pub struct FaultRecord {
     pub membership_ms: Option<u64>,
     /// Fault → every node caught up again after recovery.
     pub recovered_ms: u64,
+}
+
+/// A node cut off, healed when this is dropped (also on an error path).
+struct Cut<'a>(&'a LocalCluster, u64);
+
+impl Drop for Cut<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.heal_node(self.1) {
+            eprintln!("healing node {}: {e}", self.1);
+        }
+    }
 }
 
 /// A stopped node, continued when this is dropped (also on an error path).
@@ -354,6 +388,29 @@ pub async fn inject(
             drop(paused);
             target_text = format!("node {leader} for {PAUSE_MS} ms");
         }
+        FaultKind::CutLeader => {
+            target.cluster.cut_node(leader)?;
+            let cut = Cut(target.cluster, leader);
+            let new_leader = wait_leader(target.cluster, nodes, &[leader]).await?;
+            failover_ms = Some(started.elapsed().as_millis() as u64);
+            first_pass_ms = first_pass_after(target.cluster, new_leader, started_wall_ms).await;
+            let held = started.elapsed();
+            if held < Duration::from_millis(PAUSE_MS) {
+                tokio::time::sleep(Duration::from_millis(PAUSE_MS) - held).await;
+            }
+            drop(cut);
+            target_text = format!("node {leader} for {PAUSE_MS} ms");
+        }
+        FaultKind::CutAgent => {
+            let i = rng.range(1, u64::from(target.agents)) as u32;
+            let hold_ms = rng.range(AGENT_CUT_MS.0, AGENT_CUT_MS.1);
+            target.cluster.cut_agent(i)?;
+            tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+            target.cluster.heal_agent(i)?;
+            // Not an outage: a cut this short must not end any job
+            // NODE_FAIL (`checks::node_fail_explained`).
+            target_text = format!("agent of {} for {hold_ms} ms", LocalCluster::agent_host(i));
+        }
         FaultKind::RestartAll => {
             target.cluster.kill_all_nodes()?;
             start_stopped_voters(target.cluster, nodes)?;
@@ -444,16 +501,20 @@ mod tests {
             ReplaceFollower,
             ReplaceLeader,
         ];
-        assert_eq!(FaultKind::all(3), three);
-        let mut five = three;
+        assert_eq!(FaultKind::all(3, false), three);
+        let mut five = three.clone();
         five.push(KillMinority);
-        assert_eq!(FaultKind::all(5), five);
+        assert_eq!(FaultKind::all(5, false), five);
+        let mut cut = three;
+        cut.extend([CutLeader, CutAgent]);
+        assert_eq!(FaultKind::all(3, true), cut);
+        assert!(cut.iter().filter(|k| k.needs_netns()).count() == 2);
     }
 
     #[test]
     fn schedule_meets_every_kind_first_and_is_seeded() {
-        let a = schedule(&mut Rng::new(5), &FaultKind::all(3), 14);
-        let b = schedule(&mut Rng::new(5), &FaultKind::all(3), 14);
+        let a = schedule(&mut Rng::new(5), &FaultKind::all(3, false), 14);
+        let b = schedule(&mut Rng::new(5), &FaultKind::all(3, false), 14);
         assert_eq!(a, b);
         let mut first: Vec<FaultKind> = a[..7].to_vec();
         first.sort_by_key(|k| format!("{k:?}"));
@@ -462,7 +523,7 @@ mod tests {
         assert!(first.contains(&FaultKind::ReplaceFollower));
         assert!(first.contains(&FaultKind::ReplaceLeader));
         assert!(!a.contains(&FaultKind::KillMinority));
-        let five = schedule(&mut Rng::new(5), &FaultKind::all(5), 8);
+        let five = schedule(&mut Rng::new(5), &FaultKind::all(5, false), 8);
         assert!(five.contains(&FaultKind::KillMinority));
         assert!(five.contains(&FaultKind::ReplaceLeader));
     }

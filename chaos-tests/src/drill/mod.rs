@@ -71,6 +71,9 @@ pub struct DrillOptions {
     /// after the faults (a backlog drains at the agents' pace; see
     /// `drain`).
     pub drain_deadline_s: u64,
+    /// Every node and agent in a network namespace of its own (root
+    /// only), which adds the link-cut faults (`CutLeader`, `CutAgent`).
+    pub netns: bool,
     pub dir: PathBuf,
 }
 
@@ -88,6 +91,7 @@ impl DrillOptions {
             max_runtime_ms: 2_000,
             fault_gap_ms: 3_000,
             drain_deadline_s: 120,
+            netns: false,
             dir,
         }
     }
@@ -107,15 +111,17 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
             opts.nodes
         )));
     }
-    let all_kinds = faults::FaultKind::all(opts.nodes);
+    let all_kinds = faults::FaultKind::all(opts.nodes, opts.netns);
     let kinds = if opts.kinds.is_empty() {
         all_kinds
     } else {
         if let Some(k) = opts.kinds.iter().find(|k| !all_kinds.contains(k)) {
-            return Err(step("options")(format!(
-                "fault {k:?} needs more than {} nodes",
-                opts.nodes
-            )));
+            let why = if k.needs_netns() && !opts.netns {
+                "the cluster in network namespaces (--netns)".to_string()
+            } else {
+                format!("more than {} nodes", opts.nodes)
+            };
+            return Err(step("options")(format!("fault {k:?} needs {why}")));
         }
         opts.kinds.clone()
     };
@@ -131,6 +137,7 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
             spare_nodes: 1,
             agents: opts.agents,
             agent_cpus: opts.agent_cpus,
+            netns: opts.netns,
             ..ClusterOptions::default()
         },
     )?;

@@ -48,6 +48,9 @@ pub struct Report {
     pub nodes: u64,
     pub agents: u32,
     pub submitters: u32,
+    /// Whether the processes ran in network namespaces (and so the link
+    /// cuts were among the faults).
+    pub netns: bool,
     pub workload_s: f64,
     pub faults: Vec<FaultRecord>,
     /// Failover times (fault → agreed new leader), ms, sorted.
@@ -103,6 +106,7 @@ impl Report {
             nodes: opts.nodes,
             agents: opts.agents,
             submitters: opts.submitters,
+            netns: opts.netns,
             workload_s,
             faults,
             failover_ms,
@@ -186,8 +190,17 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "chaos drill: seed {}, {} nodes, {} agents, {} submitters, workload {:.1} s",
-            self.seed, self.nodes, self.agents, self.submitters, self.workload_s
+            "chaos drill: seed {}, {} nodes, {} agents, {} submitters, workload {:.1} s, {}",
+            self.seed,
+            self.nodes,
+            self.agents,
+            self.submitters,
+            self.workload_s,
+            if self.netns {
+                "each process in its own network namespace"
+            } else {
+                "on loopback (no link cuts)"
+            }
         )?;
         let by_kind: Vec<String> = faults_by_kind(&self.faults)
             .iter()
