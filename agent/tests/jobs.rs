@@ -36,6 +36,10 @@ fn ctx_with(dir: &Path, cgroups: Option<Cgroups>) -> Arc<LaunchContext> {
     })
 }
 
+/// Every test in this file uses its own `job_id`: the tests share one
+/// process and so one agent instance name, and a job's processes are
+/// found (and its leftovers killed) by the tag `t<pid>.<alloc_id>`, so two
+/// tests with one id kill each other's jobs.
 fn assignment(job_id: u64, command: &str) -> Assignment {
     Assignment {
         job_id,
@@ -377,7 +381,7 @@ async fn job_starts_with_no_signal_blocked() {
     let dir = tempfile::tempdir().unwrap();
     let (tx, mut rx) = mpsc::channel(8);
     let _h = runner::spawn(
-        assignment(9, "exec grep SigBlk /proc/self/status > blocked"),
+        assignment(11, "exec grep SigBlk /proc/self/status > blocked"),
         ctx_with(dir.path(), None),
         tx,
     );

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::compose::ComposeLab;
 use crate::netlab::NetLab;
 use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
 use berth_proto::api::berth_api_client::BerthApiClient;
@@ -31,6 +32,8 @@ pub enum HarnessError {
     Rpc(String),
     #[error(transparent)]
     Netlab(#[from] crate::netlab::NetlabError),
+    #[error(transparent)]
+    Compose(#[from] crate::compose::ComposeError),
 }
 
 /// Where the workspace's binaries are: `BERTH_BIN_DIR`, else the cargo
@@ -107,12 +110,19 @@ pub fn free_port() -> Result<u16, HarnessError> {
     )))
 }
 
+/// A node or agent that runs: a child process (on loopback or in a
+/// namespace), or the member's container.
+enum Running {
+    Process(Child),
+    Container,
+}
+
 struct NodeProc {
     id: u64,
     addr: String,
     metrics_addr: String,
     config_path: PathBuf,
-    child: Option<Child>,
+    child: Option<Running>,
 }
 
 /// A running local cluster. Dropping it kills every process it started.
@@ -122,12 +132,14 @@ pub struct LocalCluster {
     agent_bin: PathBuf,
     nodes: Vec<NodeProc>,
     /// Agent `i` (1-based) is `agents[i - 1]`: its CPUs and its process.
-    agents: Vec<(u32, Option<Child>)>,
+    agents: Vec<(u32, Option<Running>)>,
     /// More TOML for agent `i`'s config file (see `set_agent_toml`).
     agent_toml: std::collections::BTreeMap<u32, String>,
     /// With `ClusterOptions::netns`: node `id` is member `n{id}`, agent
     /// `i` member `a{i}`. Removed after every process is stopped.
     netlab: Option<NetLab>,
+    /// With `Isolation::Containers`: the same labels, as containers.
+    compose: Option<ComposeLab>,
 }
 
 /// Knobs for [`LocalCluster::start`].
@@ -152,10 +164,24 @@ pub struct ClusterOptions {
     /// connections then use TLS too (a process-wide setting: keep TLS
     /// tests in their own test binary).
     pub tls: bool,
-    /// Every node and agent in a network namespace of its own on a private
-    /// bridge ([`crate::netlab`], needs root), so one can be cut off from
-    /// the rest ([`LocalCluster::cut_node`]); else all on loopback.
-    pub netns: bool,
+    /// Where the processes run, and so whether one can be cut off the
+    /// network ([`LocalCluster::cut_node`]).
+    pub isolation: Isolation,
+}
+
+/// Where a local cluster's nodes and agents run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Processes on 127.0.0.1; no link can be cut.
+    #[default]
+    Loopback,
+    /// Processes each in a network namespace of its own on a private
+    /// bridge ([`crate::netlab`], needs root).
+    Namespaces,
+    /// docker compose containers of the project's images on a private
+    /// network ([`crate::compose`]; images from
+    /// `deploy/docker/build-images.sh`, tag `BERTH_IMAGE_TAG`).
+    Containers,
 }
 
 /// A node's gRPC and HTTP ports inside its own namespace.
@@ -170,7 +196,7 @@ impl Default for ClusterOptions {
             snapshot_every_entries: None,
             auth: false,
             tls: false,
-            netns: false,
+            isolation: Isolation::Loopback,
             agents: 1,
             agent_cpus: 0,
         }
@@ -193,29 +219,35 @@ impl LocalCluster {
         let berthd = binary(&bins, "berthd")?;
         let agent_bin = binary(&bins, "berth-agent")?;
         std::fs::create_dir_all(dir)?;
-        if options.netns && options.tls {
+        if options.isolation != Isolation::Loopback && options.tls {
             // The test certificate names 127.0.0.1 only.
             return Err(HarnessError::Rpc(
-                "a cluster in namespaces runs without TLS".into(),
+                "a cluster in namespaces or containers runs without TLS".into(),
             ));
         }
-        let mut netlab = if options.netns {
-            Some(NetLab::create()?)
-        } else {
-            None
+        let mut netlab = match options.isolation {
+            Isolation::Namespaces => Some(NetLab::create()?),
+            _ => None,
+        };
+        let mut compose = match options.isolation {
+            Isolation::Containers => Some(ComposeLab::new(dir)?),
+            _ => None,
         };
         // (gRPC address, HTTP address) of each node.
         let mut members = Vec::new();
         let mut http_addrs = Vec::new();
         for id in 1..=options.nodes + options.spare_nodes {
-            let (addr, http) = match netlab.as_mut() {
-                Some(lab) => {
-                    let ip = lab.add(&format!("n{id}"))?;
-                    (
-                        format!("{ip}:{NETNS_GRPC_PORT}"),
-                        format!("{ip}:{NETNS_HTTP_PORT}"),
-                    )
-                }
+            let label = format!("n{id}");
+            let ip = match (netlab.as_mut(), compose.as_mut()) {
+                (Some(lab), _) => Some(lab.add(&label)?),
+                (_, Some(lab)) => Some(lab.add_node(&label)?),
+                _ => None,
+            };
+            let (addr, http) = match ip {
+                Some(ip) => (
+                    format!("{ip}:{NETNS_GRPC_PORT}"),
+                    format!("{ip}:{NETNS_HTTP_PORT}"),
+                ),
                 None => (
                     format!("127.0.0.1:{}", free_port()?),
                     format!("127.0.0.1:{}", free_port()?),
@@ -224,9 +256,13 @@ impl LocalCluster {
             members.push((id, addr));
             http_addrs.push(http);
         }
-        if let Some(lab) = netlab.as_mut() {
-            for i in 1..=options.agents {
-                lab.add(&format!("a{i}"))?;
+        for i in 1..=options.agents {
+            let label = format!("a{i}");
+            if let Some(lab) = netlab.as_mut() {
+                lab.add(&label)?;
+            }
+            if let Some(lab) = compose.as_mut() {
+                lab.add_agent(&label)?;
             }
         }
         let member_line =
@@ -288,6 +324,12 @@ impl LocalCluster {
                 + &tls_toml;
             let config_path = dir.join(format!("node-{id}.toml"));
             std::fs::write(&config_path, config)?;
+            if let Some(lab) = compose.as_mut() {
+                lab.set_node_args(
+                    &format!("n{id}"),
+                    vec!["--config".into(), config_path.display().to_string()],
+                )?;
+            }
             nodes.push(NodeProc {
                 id: *id,
                 addr: addr.clone(),
@@ -299,6 +341,9 @@ impl LocalCluster {
         let agents = (0..options.agents)
             .map(|_| (options.agent_cpus, None))
             .collect();
+        if let Some(lab) = compose.as_mut() {
+            lab.create()?;
+        }
         Ok(LocalCluster {
             dir: dir.to_path_buf(),
             berthd,
@@ -307,6 +352,7 @@ impl LocalCluster {
             agents,
             agent_toml: std::collections::BTreeMap::new(),
             netlab,
+            compose,
         })
     }
 
@@ -386,6 +432,12 @@ impl LocalCluster {
     }
 
     pub fn start_node(&mut self, id: u64) -> Result<(), HarnessError> {
+        if let Some(lab) = &self.compose {
+            // Its command (the config file) was set when it was created.
+            lab.start(&format!("n{id}"))?;
+            self.node_mut(id)?.child = Some(Running::Container);
+            return Ok(());
+        }
         let (out, err) = self.log_file(&format!("node-{id}.log"))?;
         let mut cmd = self.member_command(&format!("n{id}"), &self.berthd)?;
         let node = self.node_mut(id)?;
@@ -404,7 +456,7 @@ impl LocalCluster {
             .stdout(out)
             .stderr(err)
             .spawn()?;
-        node.child = Some(child);
+        node.child = Some(Running::Process(child));
         Ok(())
     }
 
@@ -420,9 +472,21 @@ impl LocalCluster {
             .agents
             .get_mut((i as usize).wrapping_sub(1))
             .ok_or(HarnessError::NoSuchNode(i as u64))?;
-        if let Some(mut child) = slot.1.take() {
-            child.kill()?;
-            child.wait()?;
+        match slot.1.take() {
+            Some(Running::Process(mut child)) => {
+                child.kill()?;
+                child.wait()?;
+            }
+            Some(Running::Container) => {
+                let work = self.dir.join("work").display().to_string();
+                let host = Self::agent_host(i);
+                let lab = self
+                    .compose
+                    .as_ref()
+                    .ok_or_else(|| HarnessError::Rpc("a container agent without its lab".into()))?;
+                lab.kill_process(&format!("a{i}"), "berth-agent", &[&host, &work])?;
+            }
+            None => {}
         }
         Ok(())
     }
@@ -434,22 +498,23 @@ impl LocalCluster {
             Some((cpus, None)) => *cpus,
             None => return Err(HarnessError::NoSuchNode(i as u64)),
         };
-        let (out, err) = self.log_file(&format!("agent-{i}.log"))?;
         let work = self.dir.join("work");
         std::fs::create_dir_all(&work)?;
-        let mut cmd = self.member_command(&format!("a{i}"), &self.agent_bin)?;
-        cmd.arg("--server")
-            .arg(self.servers().join(","))
-            .arg("--host")
-            .arg(Self::agent_host(i))
-            .arg("--work-dir")
-            .arg(&work);
+        let mut args: Vec<String> = vec![
+            "--server".into(),
+            self.servers().join(","),
+            "--host".into(),
+            Self::agent_host(i),
+            "--work-dir".into(),
+            work.display().to_string(),
+        ];
         // Records for re-adoption under the test's directory (each host in
         // its own subdirectory); test jobs run as the agent's user, root
         // included, since the submitters are not users of this machine.
-        let step_ip = match &self.netlab {
-            Some(lab) => lab.ip(&format!("a{i}"))?,
-            None => "127.0.0.1".to_string(),
+        let step_ip = match (&self.netlab, &self.compose) {
+            (Some(lab), _) => lab.ip(&format!("a{i}"))?,
+            (_, Some(lab)) => lab.ip(&format!("a{i}"))?,
+            _ => "127.0.0.1".to_string(),
         };
         let mut agent_toml = format!(
             "state_dir = \"{}\"\njob_user = \"agent\"\nallow_root_jobs = true\n\
@@ -481,11 +546,34 @@ impl LocalCluster {
         if !agent_toml.is_empty() {
             let config = self.dir.join(format!("agent-{i}.toml"));
             std::fs::write(&config, agent_toml)?;
-            cmd.arg("--config").arg(config);
+            args.extend(["--config".into(), config.display().to_string()]);
         }
-        let child = cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn()?;
+        let log = self.dir.join(format!("agent-{i}.log"));
+        let running = match &self.compose {
+            Some(lab) => {
+                let label = format!("a{i}");
+                if lab.pid(&label)?.is_none() {
+                    lab.start(&label)?;
+                }
+                let mut argv = vec![crate::compose::AGENT_PROGRAM.to_string()];
+                argv.extend(args);
+                lab.exec_detached(&label, &argv, &log)?;
+                Running::Container
+            }
+            None => {
+                let (out, err) = self.log_file(&format!("agent-{i}.log"))?;
+                let mut cmd = self.member_command(&format!("a{i}"), &self.agent_bin)?;
+                let child = cmd
+                    .args(&args)
+                    .stdin(Stdio::null())
+                    .stdout(out)
+                    .stderr(err)
+                    .spawn()?;
+                Running::Process(child)
+            }
+        };
         if let Some(slot) = self.agents.get_mut((i as usize).wrapping_sub(1)) {
-            slot.1 = Some(child);
+            slot.1 = Some(running);
         }
         Ok(())
     }
@@ -615,13 +703,18 @@ impl LocalCluster {
         Ok((status, body.to_string()))
     }
 
-    /// Process id of node `id` while it runs.
+    /// Process id of node `id` while it runs (in a container: as this
+    /// machine sees it).
     pub fn node_pid(&self, id: u64) -> Option<u32> {
-        self.nodes
-            .iter()
-            .find(|n| n.id == id)
-            .and_then(|n| n.child.as_ref())
-            .map(Child::id)
+        match self.nodes.iter().find(|n| n.id == id)?.child.as_ref()? {
+            Running::Process(child) => Some(child.id()),
+            Running::Container => self
+                .compose
+                .as_ref()?
+                .node_pid(&format!("n{id}"))
+                .ok()
+                .flatten(),
+        }
     }
 
     /// Addresses of the nodes currently running.
@@ -633,42 +726,58 @@ impl LocalCluster {
             .collect()
     }
 
-    /// Whether every node and agent runs in its own network namespace.
-    pub fn in_namespaces(&self) -> bool {
-        self.netlab.is_some()
+    /// Whether a node or agent can be cut off the network: every one runs
+    /// in a namespace or container of its own.
+    pub fn can_cut(&self) -> bool {
+        self.netlab.is_some() || self.compose.is_some()
     }
 
-    fn lab(&self) -> Result<&NetLab, HarnessError> {
-        self.netlab.as_ref().ok_or_else(|| {
-            HarnessError::Rpc("this cluster was started without network namespaces".into())
-        })
+    /// Cuts member `label` off, or (`heal`) puts it back.
+    fn set_link(&self, label: &str, heal: bool) -> Result<(), HarnessError> {
+        match (&self.netlab, &self.compose, heal) {
+            (Some(lab), _, false) => Ok(lab.cut(label)?),
+            (Some(lab), _, true) => Ok(lab.heal(label)?),
+            (_, Some(lab), false) => Ok(lab.cut(label)?),
+            (_, Some(lab), true) => Ok(lab.heal(label)?),
+            _ => Err(HarnessError::Rpc(
+                "this cluster runs on loopback: no link to cut".into(),
+            )),
+        }
     }
 
     /// Cuts node `id` off from every other process (nodes, agents, this
     /// one): its packets are lost until [`Self::heal_node`].
     pub fn cut_node(&self, id: u64) -> Result<(), HarnessError> {
-        Ok(self.lab()?.cut(&format!("n{id}"))?)
+        self.set_link(&format!("n{id}"), false)
     }
 
     pub fn heal_node(&self, id: u64) -> Result<(), HarnessError> {
-        Ok(self.lab()?.heal(&format!("n{id}"))?)
+        self.set_link(&format!("n{id}"), true)
     }
 
     /// Cuts agent `i` (1-based) off from every node; its jobs run on.
     pub fn cut_agent(&self, i: u32) -> Result<(), HarnessError> {
-        Ok(self.lab()?.cut(&format!("a{i}"))?)
+        self.set_link(&format!("a{i}"), false)
     }
 
     pub fn heal_agent(&self, i: u32) -> Result<(), HarnessError> {
-        Ok(self.lab()?.heal(&format!("a{i}"))?)
+        self.set_link(&format!("a{i}"), true)
     }
 
     /// kill -9 a node.
     pub fn kill_node(&mut self, id: u64) -> Result<(), HarnessError> {
         let node = self.node_mut(id)?;
-        if let Some(mut child) = node.child.take() {
-            child.kill()?;
-            child.wait()?;
+        match node.child.take() {
+            Some(Running::Process(mut child)) => {
+                child.kill()?;
+                child.wait()?;
+            }
+            Some(Running::Container) => {
+                if let Some(lab) = &self.compose {
+                    lab.kill(&format!("n{id}"))?;
+                }
+            }
+            None => {}
         }
         Ok(())
     }
@@ -929,26 +1038,32 @@ impl LocalCluster {
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
-        for agent in self.agents.iter().filter_map(|(_, c)| c.as_ref()) {
-            // SIGTERM first so the agent stops its jobs; then make sure.
-            // SAFETY: kill(2) on a child we spawned.
-            unsafe {
-                libc::kill(agent.id() as i32, libc::SIGTERM);
+        // Containers go with their lab (`ComposeLab`'s drop), after this.
+        let process = |r: &Option<Running>| matches!(r, Some(Running::Process(_)));
+        for (_, agent) in self.agents.iter().filter(|(_, r)| process(r)) {
+            if let Some(Running::Process(agent)) = agent {
+                // SIGTERM first so the agent stops its jobs; then make sure.
+                // SAFETY: kill(2) on a child we spawned.
+                unsafe {
+                    libc::kill(agent.id() as i32, libc::SIGTERM);
+                }
             }
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        for agent in self.agents.iter_mut().filter_map(|(_, c)| c.as_mut()) {
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = agent.try_wait() {
-                    break;
+        for (_, agent) in self.agents.iter_mut() {
+            if let Some(Running::Process(agent)) = agent {
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = agent.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
                 }
-                std::thread::sleep(Duration::from_millis(20));
+                let _ = agent.kill();
+                let _ = agent.wait();
             }
-            let _ = agent.kill();
-            let _ = agent.wait();
         }
         for node in self.nodes.iter_mut() {
-            if let Some(mut child) = node.child.take() {
+            if let Some(Running::Process(mut child)) = node.child.take() {
                 let _ = child.kill();
                 let _ = child.wait();
             }

@@ -48,6 +48,13 @@ struct Cli {
     drill: Drill,
 }
 
+/// Where `berth-drill chaos` runs its cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum DrillTarget {
+    Processes,
+    Compose,
+}
+
 #[derive(Subcommand)]
 enum Drill {
     /// Kill the leader N times; report time to a new agreed leader.
@@ -134,8 +141,15 @@ enum Drill {
         /// Run every node and agent in a network namespace of its own on a
         /// private bridge (needs root and iproute2), which adds the faults
         /// cut-leader and cut-agent.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "target")]
         netns: bool,
+        /// processes: a cluster of processes (on loopback, or with --netns
+        /// in namespaces); compose: docker compose containers of the
+        /// images deploy/docker/build-images.sh makes (tag from
+        /// BERTH_IMAGE_TAG, default latest), with the cuts as `docker
+        /// network disconnect`.
+        #[arg(long, value_enum, default_value_t = DrillTarget::Processes)]
+        target: DrillTarget,
         /// Also write the report as JSON to this file.
         #[arg(long)]
         json: Option<std::path::PathBuf>,
@@ -306,6 +320,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             submitters,
             fault_gap_ms,
             netns,
+            target,
             json,
             plot,
             dir,
@@ -330,7 +345,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             opts.agent_cpus = agent_cpus;
             opts.submitters = submitters;
             opts.fault_gap_ms = fault_gap_ms;
-            opts.netns = netns;
+            opts.isolation = match (target, netns) {
+                (DrillTarget::Compose, _) => berth_chaos::harness::Isolation::Containers,
+                (DrillTarget::Processes, true) => berth_chaos::harness::Isolation::Namespaces,
+                (DrillTarget::Processes, false) => berth_chaos::harness::Isolation::Loopback,
+            };
             let report = match berth_chaos::drill::run(&opts).await {
                 Ok(report) => report,
                 Err(e) => {

@@ -236,15 +236,19 @@ fn forward_rule_args<'a>(op: &'a str, bridge: &'a str) -> [&'a str; 9] {
 /// the owner's pid and lab count so parallel labs start apart.
 fn free_subnet(pid: u32, n: u32) -> Result<String, NetlabError> {
     let taken = run(&["-o", "-4", "addr", "show"])?;
+    free_subnet_in(&taken, pid, n).ok_or(NetlabError::NoSubnet)
+}
+
+/// A `10.a.b` (a in 150..250) that no line of `ip -o -4 addr show`
+/// output `taken` has an address in, starting from one the pid and count
+/// pick.
+pub(crate) fn free_subnet_in(taken: &str, pid: u32, n: u32) -> Option<String> {
     let start = pid.wrapping_mul(31).wrapping_add(n.wrapping_mul(7));
-    for attempt in 0..SUBNET_ATTEMPTS_MAX {
+    (0..SUBNET_ATTEMPTS_MAX).find_map(|attempt| {
         let v = start.wrapping_add(attempt) % (100 * 250);
         let subnet = format!("10.{}.{}", 150 + v / 250, v % 250 + 1);
-        if !taken.contains(&format!("inet {subnet}.")) {
-            return Ok(subnet);
-        }
-    }
-    Err(NetlabError::NoSubnet)
+        (!taken.contains(&format!("inet {subnet}."))).then_some(subnet)
+    })
 }
 
 /// Removes the bridges and namespaces of labs whose owner process is gone

@@ -10,6 +10,7 @@
 
 use berth_chaos::drill::faults::FaultKind;
 use berth_chaos::drill::{run, DrillOptions};
+use berth_chaos::harness::Isolation;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn seeded_chaos_drill_keeps_every_invariant() {
@@ -19,13 +20,14 @@ async fn seeded_chaos_drill_keeps_every_invariant() {
     opts.submitters = 2;
     opts.fault_gap_ms = 1_500;
     // CI runs as root; elsewhere the drill runs on loopback and says so.
-    opts.netns = match berth_chaos::netlab::available() {
-        Ok(()) => true,
+    opts.isolation = match berth_chaos::netlab::available() {
+        Ok(()) => Isolation::Namespaces,
         Err(e) => {
             eprintln!("drill without link cuts: {e}");
-            false
+            Isolation::Loopback
         }
     };
+    let cuts = opts.isolation == Isolation::Namespaces;
     let report = run(&opts).await.expect("the drill runs to its checks");
     println!("{report}");
     if !report.passed() {
@@ -41,7 +43,7 @@ async fn seeded_chaos_drill_keeps_every_invariant() {
         .collect();
     kinds.sort();
     kinds.dedup();
-    assert_eq!(kinds.len(), FaultKind::all(3, opts.netns).len(), "{report}");
+    assert_eq!(kinds.len(), FaultKind::all(3, cuts).len(), "{report}");
     assert_eq!(report.submits_acked, report.submits_sent, "{report}");
     assert!(report.submits_acked >= 10, "{report}");
     assert!(report.runs_observed >= 5, "{report}");
@@ -64,7 +66,7 @@ async fn seeded_chaos_drill_keeps_every_invariant() {
         .failover_ms
         .unwrap_or_else(|| panic!("ReplaceLeader timed no failover: {report}"));
     assert!(report.failover_ms.contains(&ms), "{report}");
-    if opts.netns {
+    if cuts {
         // A leader cut off the network was replaced like a killed one.
         let cut = report
             .faults

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use berth_chaos::drill::faults::{wait_leader, wait_recovered};
-use berth_chaos::harness::{connect, status_of, ClusterOptions, LocalCluster};
+use berth_chaos::harness::{connect, status_of, ClusterOptions, Isolation, LocalCluster};
 use berth_proto::api::{JobSpec, JobState, SubmitJobRequest};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -23,12 +23,12 @@ async fn a_leader_cut_off_the_network_is_replaced_and_follows_once_healed() {
     let cluster = LocalCluster::start(
         tmp.path(),
         &ClusterOptions {
-            netns: true,
+            isolation: Isolation::Namespaces,
             ..ClusterOptions::default()
         },
     )
     .expect("a cluster in namespaces starts");
-    assert!(cluster.in_namespaces());
+    assert!(cluster.can_cut());
     let old = wait_leader(&cluster, 3, &[]).await.expect("a leader");
 
     cluster.cut_node(old).expect("cut");

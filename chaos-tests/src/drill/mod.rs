@@ -30,7 +30,7 @@ use berth_proto::api::{
     Account, JobState, ListHostsRequest, ListJobsRequest, ListQosRequest, WatchJobEventsRequest,
 };
 
-use crate::harness::{status_of, ClusterOptions, HarnessError, LocalCluster};
+use crate::harness::{status_of, ClusterOptions, HarnessError, Isolation, LocalCluster};
 use checks::{FinalJob, Violation};
 pub use report::{CheckResult, LincheckFigures, Report};
 
@@ -71,9 +71,10 @@ pub struct DrillOptions {
     /// after the faults (a backlog drains at the agents' pace; see
     /// `drain`).
     pub drain_deadline_s: u64,
-    /// Every node and agent in a network namespace of its own (root
-    /// only), which adds the link-cut faults (`CutLeader`, `CutAgent`).
-    pub netns: bool,
+    /// Where the nodes and agents run: in network namespaces (root
+    /// only) or containers, the link-cut faults (`CutLeader`, `CutAgent`)
+    /// join the others.
+    pub isolation: Isolation,
     pub dir: PathBuf,
 }
 
@@ -91,7 +92,7 @@ impl DrillOptions {
             max_runtime_ms: 2_000,
             fault_gap_ms: 3_000,
             drain_deadline_s: 120,
-            netns: false,
+            isolation: Isolation::Loopback,
             dir,
         }
     }
@@ -111,13 +112,15 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
             opts.nodes
         )));
     }
-    let all_kinds = faults::FaultKind::all(opts.nodes, opts.netns);
+    let cuts = opts.isolation != Isolation::Loopback;
+    let all_kinds = faults::FaultKind::all(opts.nodes, cuts);
     let kinds = if opts.kinds.is_empty() {
         all_kinds
     } else {
         if let Some(k) = opts.kinds.iter().find(|k| !all_kinds.contains(k)) {
-            let why = if k.needs_netns() && !opts.netns {
-                "the cluster in network namespaces (--netns)".to_string()
+            let why = if k.needs_netns() && !cuts {
+                "the cluster in network namespaces (--netns) or containers (--target compose)"
+                    .to_string()
             } else {
                 format!("more than {} nodes", opts.nodes)
             };
@@ -137,7 +140,7 @@ pub async fn run(opts: &DrillOptions) -> Result<Report, DrillError> {
             spare_nodes: 1,
             agents: opts.agents,
             agent_cpus: opts.agent_cpus,
-            netns: opts.netns,
+            isolation: opts.isolation,
             ..ClusterOptions::default()
         },
     )?;

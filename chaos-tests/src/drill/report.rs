@@ -48,9 +48,9 @@ pub struct Report {
     pub nodes: u64,
     pub agents: u32,
     pub submitters: u32,
-    /// Whether the processes ran in network namespaces (and so the link
-    /// cuts were among the faults).
-    pub netns: bool,
+    /// Where the nodes and agents ran (in namespaces or containers, the
+    /// link cuts were among the faults).
+    pub isolation: String,
     pub workload_s: f64,
     pub faults: Vec<FaultRecord>,
     /// Failover times (fault → agreed new leader), ms, sorted.
@@ -106,7 +106,12 @@ impl Report {
             nodes: opts.nodes,
             agents: opts.agents,
             submitters: opts.submitters,
-            netns: opts.netns,
+            isolation: match opts.isolation {
+                crate::harness::Isolation::Loopback => "loopback",
+                crate::harness::Isolation::Namespaces => "namespaces",
+                crate::harness::Isolation::Containers => "containers",
+            }
+            .to_string(),
             workload_s,
             faults,
             failover_ms,
@@ -196,10 +201,10 @@ impl fmt::Display for Report {
             self.agents,
             self.submitters,
             self.workload_s,
-            if self.netns {
-                "each process in its own network namespace"
-            } else {
-                "on loopback (no link cuts)"
+            match self.isolation.as_str() {
+                "namespaces" => "each process in its own network namespace",
+                "containers" => "each process in its own docker compose container",
+                _ => "on loopback (no link cuts)",
             }
         )?;
         let by_kind: Vec<String> = faults_by_kind(&self.faults)
