@@ -36,8 +36,8 @@ pub const AGENT_PROGRAM: &str = "/usr/local/bin/berth-agent";
 pub enum ComposeError {
     #[error("the compose target is not available here: {0}")]
     Unavailable(String),
-    #[error("`{command}` failed: {stderr}")]
-    Command { command: String, stderr: String },
+    #[error(transparent)]
+    Command(#[from] crate::procs::CommandFailed),
     #[error("no member labelled {0:?}")]
     NoSuchMember(String),
     #[error("a compose cluster holds at most {MEMBERS_MAX} members")]
@@ -47,21 +47,7 @@ pub enum ComposeError {
 }
 
 fn run(program: &str, args: &[&str]) -> Result<String, ComposeError> {
-    let command = format!("{program} {}", args.join(" "));
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| ComposeError::Command {
-            command: command.clone(),
-            stderr: e.to_string(),
-        })?;
-    if !out.status.success() {
-        return Err(ComposeError::Command {
-            command,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(crate::procs::run_command(program, args)?)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -376,36 +362,17 @@ impl Drop for ComposeLab {
     }
 }
 
-/// Live processes (not zombies) whose program's file name is `program` and
-/// whose arguments include each of `args`.
+/// The processes whose program's file name is `program` and whose
+/// arguments include each of `args`.
 fn processes_named(program: &str, args: &[&str]) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let argv: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let named = argv
-            .first()
-            .is_some_and(|a0| Path::new(a0).file_name().is_some_and(|f| f == program));
-        if named && args.iter().all(|want| argv.iter().any(|a| a == want)) {
-            out.push(pid);
-        }
-    }
-    out
+    crate::procs::pids_where(|argv| {
+        let named = argv.first().is_some_and(|a0| {
+            Path::new(&*String::from_utf8_lossy(a0))
+                .file_name()
+                .is_some_and(|f| f == program)
+        });
+        named && args.iter().all(|want| argv.contains(&want.as_bytes()))
+    })
 }
 
 /// The first child of process `pid` (from `/proc`), if any.

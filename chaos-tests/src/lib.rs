@@ -9,6 +9,7 @@ pub mod harness;
 pub mod netlab;
 pub mod pass_grid;
 pub mod plots;
+pub mod procs;
 pub mod simulated_hosts;
 pub mod slurm_peer;
 pub mod snapshot_transfer;

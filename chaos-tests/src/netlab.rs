@@ -35,8 +35,8 @@ static NEXT_LAB: AtomicU32 = AtomicU32::new(0);
 pub enum NetlabError {
     #[error("network namespaces are not available here: {0}")]
     Unavailable(String),
-    #[error("`{command}` failed: {stderr}")]
-    Command { command: String, stderr: String },
+    #[error(transparent)]
+    Command(#[from] crate::procs::CommandFailed),
     #[error("no member labelled {0:?} in this lab")]
     NoSuchMember(String),
     #[error("a lab holds at most {MEMBERS_MAX} members")]
@@ -70,21 +70,7 @@ fn run(args: &[&str]) -> Result<String, NetlabError> {
 }
 
 fn run_program(program: &str, args: &[&str]) -> Result<String, NetlabError> {
-    let command = format!("{program} {}", args.join(" "));
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| NetlabError::Command {
-            command: command.clone(),
-            stderr: e.to_string(),
-        })?;
-    if !out.status.success() {
-        return Err(NetlabError::Command {
-            command,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(crate::procs::run_command(program, args)?)
 }
 
 /// One member: a namespace with one address.

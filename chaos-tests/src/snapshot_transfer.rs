@@ -214,22 +214,9 @@ async fn generate(
 /// config file), found in /proc.
 fn pid_of(config: &Path) -> Option<u32> {
     let wanted = config.as_os_str().as_encoded_bytes();
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        if cmdline.split(|b| *b == 0).any(|arg| arg == wanted) {
-            return Some(pid);
-        }
-    }
-    None
+    crate::procs::pids_where(|argv| argv.contains(&wanted))
+        .first()
+        .copied()
 }
 
 /// Peak resident set (`VmHWM`) of a process, in KiB.

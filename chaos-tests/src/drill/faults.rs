@@ -304,6 +304,27 @@ pub async fn wait_recovered(cluster: &LocalCluster, nodes: u64) -> Result<(), Ha
     }
 }
 
+/// With `leader` out of reach (stopped or cut off) since `started`: waits
+/// for the others to agree on a new leader and for its first pass, then
+/// keeps the fault until [`PAUSE_MS`] have passed. Returns the failover
+/// and first-pass times.
+async fn replaced_then_held(
+    cluster: &LocalCluster,
+    nodes: u64,
+    leader: u64,
+    started: Instant,
+    started_wall_ms: f64,
+) -> Result<(u64, Option<u64>), HarnessError> {
+    let new_leader = wait_leader(cluster, nodes, &[leader]).await?;
+    let failover_ms = started.elapsed().as_millis() as u64;
+    let first_pass_ms = first_pass_after(cluster, new_leader, started_wall_ms).await;
+    let held = started.elapsed();
+    if held < Duration::from_millis(PAUSE_MS) {
+        tokio::time::sleep(Duration::from_millis(PAUSE_MS) - held).await;
+    }
+    Ok((failover_ms, first_pass_ms))
+}
+
 /// Starts every node among the voters `1..=nodes` that is not running,
 /// and no spare: a spare runs only while a membership change has it.
 fn start_stopped_voters(cluster: &mut LocalCluster, nodes: u64) -> Result<(), HarnessError> {
@@ -378,26 +399,18 @@ pub async fn inject(
                 .ok_or(HarnessError::NoSuchNode(leader))?;
             signal(pid, libc::SIGSTOP)?;
             let paused = Paused(pid);
-            let new_leader = wait_leader(target.cluster, nodes, &[leader]).await?;
-            failover_ms = Some(started.elapsed().as_millis() as u64);
-            first_pass_ms = first_pass_after(target.cluster, new_leader, started_wall_ms).await;
-            let held = started.elapsed();
-            if held < Duration::from_millis(PAUSE_MS) {
-                tokio::time::sleep(Duration::from_millis(PAUSE_MS) - held).await;
-            }
+            let (failover, first_pass) =
+                replaced_then_held(target.cluster, nodes, leader, started, started_wall_ms).await?;
+            (failover_ms, first_pass_ms) = (Some(failover), first_pass);
             drop(paused);
             target_text = format!("node {leader} for {PAUSE_MS} ms");
         }
         FaultKind::CutLeader => {
             target.cluster.cut_node(leader)?;
             let cut = Cut(target.cluster, leader);
-            let new_leader = wait_leader(target.cluster, nodes, &[leader]).await?;
-            failover_ms = Some(started.elapsed().as_millis() as u64);
-            first_pass_ms = first_pass_after(target.cluster, new_leader, started_wall_ms).await;
-            let held = started.elapsed();
-            if held < Duration::from_millis(PAUSE_MS) {
-                tokio::time::sleep(Duration::from_millis(PAUSE_MS) - held).await;
-            }
+            let (failover, first_pass) =
+                replaced_then_held(target.cluster, nodes, leader, started, started_wall_ms).await?;
+            (failover_ms, first_pass_ms) = (Some(failover), first_pass);
             drop(cut);
             target_text = format!("node {leader} for {PAUSE_MS} ms");
         }
