@@ -276,6 +276,12 @@ impl ComposeLab {
         args: &[&str],
     ) -> Result<(), ComposeError> {
         let _ = self.member(label)?;
+        if processes_named(program, args).is_empty() {
+            // Killing nothing would let a second one start beside it.
+            return Err(ComposeError::Other(format!(
+                "no {program} with {args:?} runs in {label}"
+            )));
+        }
         let start = Instant::now();
         loop {
             let pids = processes_named(program, args);
