@@ -109,6 +109,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     // Register, which lists them as running.
     let launch = launch_context(&config)?;
     let instance = launch.instance.clone();
+    let state_dir = launch.state.clone();
     let mut supervisor = Supervisor::new(
         launch,
         Duration::from_secs(config.stop_grace_s),
@@ -148,6 +149,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 desired: desired_tx.subscribe(),
                 instance: instance.clone(),
                 outbox: outbox.clone(),
+                state: Some(state_dir.clone()),
             };
             let tls = config
                 .step_tls

@@ -20,6 +20,10 @@ pub const RECORDS_MAX: usize = crate::supervisor::TABLE_CAPACITY_ALLOCS;
 pub const RECORD_BYTES_MAX: u64 = 64 * 1024;
 /// Largest exit file read, in bytes.
 pub const EXIT_FILE_BYTES_MAX: u64 = 4 * 1024;
+/// A step counter file holds one number.
+const STEPS_FILE_BYTES_MAX: u64 = 32;
+/// Directory entries one sweep of step counters looks at, at most.
+pub const STEPS_SWEEP_MAX: usize = 100_000;
 
 /// One launched allocation, as needed to find and watch it again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -176,9 +180,57 @@ impl StateDir {
             .map(|s| s.trim_end().to_string())
     }
 
-    /// Forgets `alloc_id`: its record and exit file.
+    fn steps_path(&self, alloc_id: u64) -> PathBuf {
+        self.dir.join(format!("alloc-{alloc_id}.steps"))
+    }
+
+    /// The next srun step id of `alloc_id` this host handed out before, if
+    /// it numbered any (a restarted agent goes on from it).
+    pub fn read_next_step(&self, alloc_id: u64) -> Option<u32> {
+        read_bounded(&self.steps_path(alloc_id), STEPS_FILE_BYTES_MAX)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+    }
+
+    /// Records that `alloc_id`'s next step id is `next`: replaced whole
+    /// (write and rename), not synced: it survives the agent's crash, which
+    /// is what it is for; a machine crash ends the allocation anyway.
+    pub fn write_next_step(&self, alloc_id: u64, next: u32) -> Result<(), StateDirError> {
+        let path = self.steps_path(alloc_id);
+        let tmp = self.dir.join(format!("alloc-{alloc_id}.steps.tmp"));
+        std::fs::write(&tmp, format!("{next}\n")).map_err(io_at(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_at(&path))
+    }
+
+    /// Removes the step counters of every allocation not in `live`; at
+    /// most [`STEPS_SWEEP_MAX`] directory entries are looked at.
+    pub fn forget_steps_except(&self, live: &std::collections::BTreeSet<u64>) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten().take(STEPS_SWEEP_MAX) {
+            let name = entry.file_name();
+            let Some(id) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("alloc-"))
+                .and_then(|n| n.strip_suffix(".steps"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if !live.contains(&id) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// Forgets `alloc_id`: its record, exit file and step counter.
     pub fn remove(&self, alloc_id: u64) -> Result<(), StateDirError> {
-        for path in [self.record_path(alloc_id), self.exit_path(alloc_id)] {
+        for path in [
+            self.record_path(alloc_id),
+            self.exit_path(alloc_id),
+            self.steps_path(alloc_id),
+        ] {
             match std::fs::remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use berth_agent::outbox::{Outbox, Report};
+use berth_agent::statedir::StateDir;
 use berth_agent::steps::{StepContext, StepServer};
 use berth_agent::user::JobUser;
 use berth_proto::agent::step_service_server::StepService;
@@ -42,6 +43,15 @@ fn server_with_outbox(
     set: AssignmentSet,
     outbox: Outbox,
 ) -> (StepServer, watch::Sender<Option<AssignmentSet>>) {
+    server_with(set, outbox, None)
+}
+
+/// A server whose step counters are kept in `state` (as the agent's are).
+fn server_with(
+    set: AssignmentSet,
+    outbox: Outbox,
+    state: Option<StateDir>,
+) -> (StepServer, watch::Sender<Option<AssignmentSet>>) {
     let (tx, rx) = watch::channel(Some(set));
     let server = StepServer::new(StepContext {
         host: "n2".into(),
@@ -57,6 +67,7 @@ fn server_with_outbox(
             SERVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         ),
         outbox,
+        state,
     });
     (server, tx)
 }
@@ -394,4 +405,47 @@ async fn a_task_whose_directory_is_missing_here_starts_in_tmp() {
         )
     );
     assert_eq!(exits(&all), vec![(0, 0, 0)]);
+}
+
+/// Asks `server` for the next step id of (`job_id`, `alloc_id`).
+async fn ask(server: &StepServer, job_id: u64, alloc_id: u64) -> u32 {
+    let request = berth_proto::agent::NextStepIdRequest {
+        job_id,
+        alloc_id,
+        credential: berth_auth::step::issue(SECRET, job_id, alloc_id).expect("credential"),
+        name: "hostname".into(),
+        hosts: vec!["n2".into()],
+        ntasks: 1,
+    };
+    server
+        .next_step_id(Request::new(request))
+        .await
+        .expect("a step id")
+        .into_inner()
+        .step_id
+}
+
+/// A restarted agent goes on numbering an allocation's steps where the
+/// one before it stopped (sacct would otherwise show two `N.0`), and the
+/// counter of an allocation no longer listed is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_numbers_survive_an_agent_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = StateDir::open(&dir.path().join("state")).expect("state dir");
+    let listed = members(vec![member(7, 70), member(8, 80)]);
+    let (first, _tx) = server_with(listed.clone(), Outbox::new(100), Some(state.clone()));
+    assert_eq!(ask(&first, 7, 70).await, 0);
+    assert_eq!(ask(&first, 7, 70).await, 1);
+    assert_eq!(ask(&first, 8, 80).await, 0);
+    drop(first);
+    // The agent restarts: a new server over the same state directory.
+    let (second, tx) = server_with(listed, Outbox::new(100), Some(state.clone()));
+    assert_eq!(ask(&second, 7, 70).await, 2);
+    assert_eq!(ask(&second, 8, 80).await, 1);
+    assert_eq!(state.read_next_step(80), Some(2));
+    // Allocation 80 ends: the next ask removes its counter.
+    tx.send_replace(Some(members(vec![member(7, 70)])));
+    assert_eq!(ask(&second, 7, 70).await, 3);
+    assert_eq!(state.read_next_step(80), None);
+    assert_eq!(state.read_next_step(70), Some(4));
 }

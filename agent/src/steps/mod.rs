@@ -63,6 +63,10 @@ pub struct StepContext {
     /// Where the step starts and ends this host numbers go, for the
     /// leader's record (sacct).
     pub outbox: crate::outbox::Outbox,
+    /// Where each allocation's next step id is kept, so that a restarted
+    /// agent does not number its steps from 0 again (`None`: in memory
+    /// only).
+    pub state: Option<crate::statedir::StateDir>,
 }
 
 pub struct StepServer {
@@ -71,8 +75,8 @@ pub struct StepServer {
     calls: AtomicU64,
     /// The next step id of each allocation listed here that has asked;
     /// entries of allocations no longer listed are dropped at every ask,
-    /// so it holds at most the listed ones. In memory: a restarted agent
-    /// counts from 0 again.
+    /// so it holds at most the listed ones. Also kept in the state
+    /// directory, where a restarted agent reads it back.
     step_ids: std::sync::Mutex<std::collections::HashMap<u64, u32>>,
 }
 
@@ -233,10 +237,23 @@ impl StepService for StepServer {
             .lock()
             .map_err(|_| Status::internal("step counter lock poisoned"))?;
         ids.retain(|alloc_id, _| live.contains(alloc_id));
-        let next = ids.entry(r.alloc_id).or_insert(0);
+        let state = self.ctx.state.as_ref();
+        let next = ids.entry(r.alloc_id).or_insert_with(|| {
+            state
+                .and_then(|s| s.read_next_step(r.alloc_id))
+                .unwrap_or(0)
+        });
         let step_id = *next;
         *next = next.saturating_add(1);
+        let after = *next;
         drop(ids);
+        if let Some(state) = state {
+            state.forget_steps_except(&live);
+            if let Err(e) = state.write_next_step(r.alloc_id, after) {
+                // Numbering goes on in memory; only a restart would reuse.
+                tracing::warn!(alloc_id = r.alloc_id, error = %e, "step counter not saved");
+            }
+        }
         self.report_step(StepReport {
             job_id: r.job_id,
             alloc_id: r.alloc_id,
