@@ -45,24 +45,35 @@ pub enum NetlabError {
     NoSubnet,
 }
 
-/// Ok when this process can make namespaces: root and an `ip` that runs.
+/// Ok when this process can make what a lab needs: it is root, and a
+/// namespace and a bridge can be made and removed (root in a container
+/// without CAP_NET_ADMIN/CAP_SYS_ADMIN cannot). Probed once per process.
 pub fn available() -> Result<(), NetlabError> {
+    static PROBED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    PROBED
+        .get_or_init(probe)
+        .clone()
+        .map_err(NetlabError::Unavailable)
+}
+
+fn probe() -> Result<(), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err(NetlabError::Unavailable(
-            "not root (namespaces and links need CAP_NET_ADMIN)".into(),
-        ));
+        return Err("not root (namespaces and links need CAP_NET_ADMIN)".into());
     }
-    match Command::new("ip").args(["netns", "list"]).output() {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(out) => Err(NetlabError::Unavailable(format!(
-            "`ip netns list` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))),
-        Err(e) => Err(NetlabError::Unavailable(format!(
-            "iproute2's `ip` cannot run: {e}"
-        ))),
+    if let Err(e) = Command::new("ip").arg("-V").output() {
+        return Err(format!("iproute2's `ip` cannot run: {e}"));
     }
+    // Named like a lab of this process, so a probe a kill interrupted is
+    // swept like any lab left behind.
+    let tag = format!("{:x}xp", std::process::id());
+    let namespace = format!("{PREFIX}{tag}-probe");
+    let bridge = format!("{PREFIX}{tag}");
+    let made = run(&["netns", "add", &namespace])
+        .and_then(|_| run(&["link", "add", &bridge, "type", "bridge"]));
+    let _ = run(&["link", "del", &bridge]);
+    let _ = run(&["netns", "del", &namespace]);
+    made.map(drop).map_err(|e| e.to_string())
 }
 
 fn run(args: &[&str]) -> Result<String, NetlabError> {
