@@ -167,6 +167,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let sweep_task = tokio::spawn(crate::steps::sweep_on_changes(
         desired_tx.subscribe(),
         instance,
+        Some(state_dir),
     ));
     let session_task = tokio::spawn(session::run(
         SessionConfig {

@@ -443,8 +443,21 @@ async fn step_numbers_survive_an_agent_restart() {
     assert_eq!(ask(&second, 7, 70).await, 2);
     assert_eq!(ask(&second, 8, 80).await, 1);
     assert_eq!(state.read_next_step(80), Some(2));
-    // Allocation 80 ends: the next ask removes its counter.
+    // Allocation 80 ends: the agent's sweep removes its counter.
+    let sweep = tokio::spawn(berth_agent::steps::sweep_on_changes(
+        tx.subscribe(),
+        "t-no-tasks".into(),
+        Some(state.clone()),
+    ));
     tx.send_replace(Some(members(vec![member(7, 70)])));
+    tokio::time::timeout(DEADLINE, async {
+        while state.read_next_step(80).is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the counter of a gone allocation is removed");
+    sweep.abort();
     assert_eq!(ask(&second, 7, 70).await, 3);
     assert_eq!(state.read_next_step(80), None);
     assert_eq!(state.read_next_step(70), Some(4));

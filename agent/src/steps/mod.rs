@@ -247,8 +247,9 @@ impl StepService for StepServer {
         *next = next.saturating_add(1);
         let after = *next;
         drop(ids);
+        // Counters of allocations that have gone are removed by
+        // `sweep_on_changes`.
         if let Some(state) = state {
-            state.forget_steps_except(&live);
             if let Err(e) = state.write_next_step(r.alloc_id, after) {
                 // Numbering goes on in memory; only a restart would reuse.
                 tracing::warn!(alloc_id = r.alloc_id, error = %e, "step counter not saved");

@@ -80,11 +80,14 @@ pub(super) fn listed_ids(set: &AssignmentSet) -> BTreeSet<u64> {
         .collect()
 }
 
-/// Sweeps once the first set arrives and again whenever the listed
-/// allocations change, until the sender goes.
+/// Sweeps once the first set arrives and again whenever an allocation
+/// leaves the listed ones, until the sender goes: step tasks left behind
+/// are killed, and step counters kept in `state` (see
+/// `StepServer::next_step_id`) forgotten.
 pub async fn sweep_on_changes(
     mut desired: watch::Receiver<Option<AssignmentSet>>,
     instance: String,
+    state: Option<crate::statedir::StateDir>,
 ) {
     let mut last: Option<BTreeSet<u64>> = None;
     loop {
@@ -96,16 +99,24 @@ pub async fn sweep_on_changes(
                 .as_ref()
                 .is_none_or(|before| before.iter().any(|id| !now.contains(id)));
             if departed {
-                let (inst, ids) = (instance.clone(), now.clone());
-                match tokio::task::spawn_blocking(move || sweep_leftovers(&inst, &ids)).await {
+                let (inst, ids, state) = (instance.clone(), now.clone(), state.clone());
+                let swept = tokio::task::spawn_blocking(move || {
+                    if let Some(state) = state {
+                        state.forget_steps_except(&ids);
+                    }
+                    sweep_leftovers(&inst, &ids)
+                });
+                match swept.await {
                     Ok(0) => {}
                     Ok(killed) => {
                         tracing::info!(killed, "killed step tasks an earlier agent process left")
                     }
                     Err(e) => tracing::warn!(error = %e, "step sweep failed"),
                 }
-                last = Some(now);
             }
+            // What departs is judged against the set just seen, additions
+            // included: an allocation added and then gone must be swept.
+            last = Some(now);
         }
         if desired.changed().await.is_err() {
             return;
