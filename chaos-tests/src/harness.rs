@@ -135,7 +135,7 @@ pub struct LocalCluster {
     agents: Vec<(u32, Option<Running>)>,
     /// More TOML for agent `i`'s config file (see `set_agent_toml`).
     agent_toml: std::collections::BTreeMap<u32, String>,
-    /// With `ClusterOptions::netns`: node `id` is member `n{id}`, agent
+    /// With `Isolation::Namespaces`: node `id` is member `n{id}`, agent
     /// `i` member `a{i}`. Removed after every process is stopped.
     netlab: Option<NetLab>,
     /// With `Isolation::Containers`: the same labels, as containers.
@@ -514,7 +514,7 @@ impl LocalCluster {
         let step_ip = match (&self.netlab, &self.compose) {
             (Some(lab), _) => lab.ip(&format!("a{i}"))?,
             (_, Some(lab)) => lab.ip(&format!("a{i}"))?,
-            _ => "127.0.0.1".to_string(),
+            (None, None) => "127.0.0.1".to_string(),
         };
         let mut agent_toml = format!(
             "state_dir = \"{}\"\njob_user = \"agent\"\nallow_root_jobs = true\n\

@@ -33,6 +33,17 @@ async fn submit(cluster: &LocalCluster, request_id: &str, command: &str) -> u64 
     submit_with_limit(cluster, request_id, command, 0).await
 }
 
+/// The tests' one-CPU job running `command`.
+fn e2e_spec(command: &str) -> JobSpec {
+    JobSpec {
+        name: "e2e".into(),
+        user: "tester".into(),
+        command: command.into(),
+        cpus: 1,
+        ..Default::default()
+    }
+}
+
 async fn submit_with_limit(
     cluster: &LocalCluster,
     request_id: &str,
@@ -40,12 +51,8 @@ async fn submit_with_limit(
     time_limit_s: u64,
 ) -> u64 {
     let spec = JobSpec {
-        name: "e2e".into(),
-        user: "tester".into(),
-        command: command.into(),
-        cpus: 1,
         time_limit_s,
-        ..Default::default()
+        ..e2e_spec(command)
     };
     match cluster
         .submit_retrying(request_id, spec, JOB_DEADLINE)
@@ -852,13 +859,7 @@ async fn a_leader_removed_from_the_voters_hands_off_and_names_no_leader() {
         ANSWER_DEADLINE,
         removed.submit_job(SubmitJobRequest {
             request_id: "rl-removed".into(),
-            spec: Some(JobSpec {
-                name: "e2e".into(),
-                user: "tester".into(),
-                command: "true".into(),
-                cpus: 1,
-                ..Default::default()
-            }),
+            spec: Some(e2e_spec("true")),
         }),
     )
     .await
@@ -872,13 +873,7 @@ async fn a_leader_removed_from_the_voters_hands_off_and_names_no_leader() {
     let after = client4
         .submit_job(SubmitJobRequest {
             request_id: "rl-1".into(),
-            spec: Some(JobSpec {
-                name: "e2e".into(),
-                user: "tester".into(),
-                command: "true".into(),
-                cpus: 1,
-                ..Default::default()
-            }),
+            spec: Some(e2e_spec("true")),
         })
         .await
         .expect("submit through a new voter")

@@ -125,15 +125,11 @@ pub async fn replace_follower(
     cluster.kill_node(out)?;
     tokio::time::sleep(hold).await;
 
-    // Back: the old follower restarts with its store, rejoins as a
-    // learner, and gets its seat back; the spare leaves.
+    // Back: the old follower restarts with its store.
     let started = Instant::now();
     cluster.start_node(out)?;
-    join_as_learner(cluster, nodes, out, &[out]).await?;
-    change_voters(cluster, nodes, &original, &[]).await?;
-    let back_ms = started.elapsed().as_millis() as u64;
-    cluster.kill_node(incoming)?;
-    let leader_after = wait_leader(cluster, nodes, &[]).await?;
+    let (back_ms, leader_after) =
+        swap_back(cluster, nodes, &original, out, incoming, started).await?;
     Ok(Replaced {
         out,
         incoming,
@@ -234,11 +230,8 @@ pub async fn replace_leader(
     if !keep_running {
         cluster.start_node(out)?;
     }
-    join_as_learner(cluster, nodes, out, &[out]).await?;
-    change_voters(cluster, nodes, &original, &[]).await?;
-    let back_ms = started.elapsed().as_millis() as u64;
-    cluster.kill_node(incoming)?;
-    let leader_after = wait_leader(cluster, nodes, &[]).await?;
+    let (back_ms, leader_after) =
+        swap_back(cluster, nodes, &original, out, incoming, started).await?;
     Ok(LeaderReplaced {
         out,
         incoming,
@@ -257,6 +250,26 @@ pub async fn replace_leader(
 /// committed when it was added. `skip`: nodes among the voters' ids that
 /// are not members now (they know no leader and must not be asked for
 /// one). Returns the ms from AddLearner to caught up.
+/// The swap undone: `out` (running again) rejoins as a learner and gets
+/// its seat back among `original`, and the spare `incoming` is stopped.
+/// Returns the ms from `started` until the voters were `original` again,
+/// and the leader they then agree on.
+async fn swap_back(
+    cluster: &mut LocalCluster,
+    nodes: u64,
+    original: &BTreeSet<u64>,
+    out: u64,
+    incoming: u64,
+    started: Instant,
+) -> Result<(u64, u64), HarnessError> {
+    join_as_learner(cluster, nodes, out, &[out]).await?;
+    change_voters(cluster, nodes, original, &[]).await?;
+    let back_ms = started.elapsed().as_millis() as u64;
+    cluster.kill_node(incoming)?;
+    let leader_after = wait_leader(cluster, nodes, &[]).await?;
+    Ok((back_ms, leader_after))
+}
+
 async fn join_as_learner(
     cluster: &mut LocalCluster,
     nodes: u64,
