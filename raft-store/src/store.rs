@@ -11,9 +11,19 @@
 //!
 //! Every write that openraft relies on for durability is a `WriteBatch`
 //! written with a synced WAL (`WriteOptions::set_sync(true)`): log appends,
-//! truncations, purges, votes, each apply batch and snapshot installs. A
-//! `kill -9` therefore never loses what was acknowledged, and a batch is
-//! either wholly there or not at all.
+//! truncations, purges, votes and snapshot installs. A `kill -9` or a power
+//! loss therefore never loses what was acknowledged, and a batch is either
+//! wholly there or not at all.
+//!
+//! An apply batch is written to the same WAL without its own fsync (as
+//! etcd's backend commits without one): it is derived data. Every column
+//! family shares the one WAL, so the next synced write (the next log
+//! append, at the latest) makes it durable along with everything before it;
+//! a power loss in between leaves the state machine at an earlier, whole
+//! apply batch (its `last_applied` is in the batch), and openraft re-applies
+//! the committed entries after it from the log at startup
+//! (`get_initial_state`), as it does after any crash. A `kill -9` loses
+//! nothing at all: an unsynced write is in the kernel once `write` returns.
 
 use std::fmt::Debug;
 use std::io::Cursor;
@@ -140,7 +150,10 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
     let state: SharedState = Arc::new(RwLock::new(SmState::from_data(data)));
     let (applied_tx, applied) = watch::channel(applied_index);
     Ok(StoreHandles {
-        log: LogStore { db: db.clone() },
+        log: LogStore {
+            db: db.clone(),
+            recent: Arc::default(),
+        },
         state_machine: StateMachineStore {
             db,
             state: state.clone(),
@@ -431,6 +444,9 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Err
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    /// The newest entries as appended, shared by every clone (openraft's
+    /// log readers): see [`recent`].
+    recent: Arc<Mutex<recent::RecentEntries>>,
 }
 
 impl LogStore {
@@ -444,11 +460,24 @@ impl LogStore {
     {
         let logs = cf(&self.db, CF_LOGS);
         let mut batch = WriteBatch::default();
+        let mut written = Vec::new();
         for entry in entries {
-            batch.put_cf(logs, index_key(entry.log_id.index), encode(&entry)?);
+            let bytes = encode(&entry)?;
+            batch.put_cf(logs, index_key(entry.log_id.index), &bytes);
+            written.push((entry, bytes.len()));
         }
         self.db.write_opt(batch, &synced())?;
+        let mut recent = self.recent();
+        for (entry, size) in written {
+            recent.push(entry, size);
+        }
         Ok(())
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, recent::RecentEntries> {
+        // Entries pushed whole or not at all: a panic elsewhere leaves it
+        // consistent.
+        self.recent.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StoreError> {
@@ -476,6 +505,14 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(x) => x.saturating_add(1),
             Bound::Unbounded => 0,
         };
+        let end = match range.end_bound() {
+            Bound::Included(x) => Some(x.saturating_add(1)),
+            Bound::Excluded(x) => Some(*x),
+            Bound::Unbounded => None,
+        };
+        if let Some(entries) = end.and_then(|end| self.recent().get(start, end)) {
+            return Ok(entries);
+        }
         let start_key = index_key(start);
         let mut entries = Vec::new();
         let iter = self.db.iterator_cf(
@@ -589,6 +626,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        // Forgotten first: no read may be answered with an entry the log
+        // is losing.
+        self.recent().truncate(log_id.index);
         let mut batch = WriteBatch::default();
         batch.delete_range_cf(
             cf(&self.db, CF_LOGS),
@@ -602,6 +642,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        self.recent().purge(log_id.index);
         let mut batch = WriteBatch::default();
         let value = encode(&log_id).map_err(|e| StorageIOError::write_logs(&e))?;
         batch.put_cf(cf(&self.db, CF_META), KEY_LAST_PURGED, value);
@@ -644,7 +685,8 @@ fn may_change_policy(command: &Command) -> bool {
 
 impl StateMachineStore {
     /// Writes what an apply batch changed, with the state-machine metadata,
-    /// as one synced batch. `policy_changed`: the policy tables and usage
+    /// as one batch, not fsynced on its own (see the module documentation:
+    /// the log it was applied from is, and the next synced write syncs it). `policy_changed`: the policy tables and usage
     /// are rewritten too (see [`may_change_policy`]).
     fn persist(
         &self,
@@ -675,7 +717,7 @@ impl StateMachineStore {
             batch.delete_cf(requests, request_id.as_bytes());
         }
         write_sm_meta(&mut batch, &self.db, &state.data, policy_changed)?;
-        self.db.write_opt(batch, &synced())?;
+        self.db.write_opt(batch, &WriteOptions::default())?;
         Ok(())
     }
 
@@ -1069,6 +1111,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 pub fn store_path(data_dir: &Path) -> PathBuf {
     data_dir.join("raft")
 }
+
+mod recent;
 
 #[cfg(test)]
 mod tests;
