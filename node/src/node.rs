@@ -36,10 +36,14 @@ const PROPOSALS_IN_FLIGHT_MAX: usize = 2;
 /// Commands one batch entry carries at most.
 const BATCH_COMMANDS_MAX: usize = 256;
 /// Encoded bytes of the commands in one batch entry at most, so that an
-/// AppendEntries of `APPEND_ENTRIES_MAX` (512) such entries stays within
-/// the 16 MiB gRPC message bound (512 × 24 KiB = 12 MiB). A single larger
-/// command still travels alone, as before.
-const BATCH_BYTES_MAX: usize = 24 * 1024;
+/// AppendEntries of `APPEND_ENTRIES_MAX` (48) such entries stays within
+/// the 16 MiB gRPC message bound (48 × 256 KiB = 12 MiB). A single larger
+/// command still travels alone, as before. Large enough for
+/// `BATCH_COMMANDS_MAX` submits of a typical size (about 850 bytes): at
+/// 24 KiB a batch held 28 of them, so 64 clients waited behind two
+/// entries of 28 (`berth-drill bench raft-writes --berth-only`: 4,940
+/// submits/s at 64 clients, against 5,850 with this bound; BENCHMARKS.md).
+pub(crate) const BATCH_BYTES_MAX: usize = 256 * 1024;
 /// Proposals queued for the batcher at most; beyond this callers wait.
 const PROPOSALS_QUEUED_MAX: usize = 4_096;
 
@@ -286,10 +290,30 @@ impl Node {
         let response = answer
             .await
             .map_err(|_| ProposeError::Fatal("the proposal batcher dropped a proposal".into()))??;
-        if wakes_scheduler {
+        if wakes_scheduler && self.may_start_now(&response) {
             self.pass_notify.notify_one();
         }
         Ok(response)
+    }
+
+    /// Whether what `response` answers may let a pending job start now.
+    /// A submit does only when the new job might fit somewhere as things
+    /// are, or could make room by evicting (preemption or an idle-fill
+    /// reclaim configured): a storm of submits into a full cluster (or one
+    /// with no hosts yet) would otherwise run a pass over the whole queue
+    /// after each of them, to start nothing. Those jobs get their reasons
+    /// at the next tick, and whatever frees room wakes the loop itself.
+    fn may_start_now(&self, response: &Response) -> bool {
+        let Response::Submitted { job_id, duplicate } = response else {
+            return true;
+        };
+        if *duplicate {
+            return false;
+        }
+        let scheduler = &self.config.scheduler;
+        scheduler.preemption_enabled
+            || scheduler.idle_fill_enabled
+            || self.read(|s| s.may_start_without_evictions(*job_id, now_ms()))
     }
 
     /// Hands `command` to the leader through this node's forwarder, which

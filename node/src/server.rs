@@ -37,8 +37,12 @@ const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
 /// fails); only a peer that accepts and then stalls holds a transfer this
 /// long.
 const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 120_000;
-/// Entries per AppendEntries request at most.
-const APPEND_ENTRIES_MAX: u64 = 512;
+/// Entries per AppendEntries request at most: 48 batch entries of at most
+/// `node::BATCH_BYTES_MAX` (256 KiB) stay within the 16 MiB gRPC message
+/// bound. A follower catching up on small entries takes more calls.
+const APPEND_ENTRIES_MAX: u64 = 48;
+const _: () =
+    assert!(APPEND_ENTRIES_MAX as usize * crate::node::BATCH_BYTES_MAX <= 12 * 1024 * 1024);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {

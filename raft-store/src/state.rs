@@ -3,7 +3,7 @@
 //! [`Dirty`]) and reloads it on open; this module never does I/O.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use berth_scheduler::{
     fits, Allocation, Eviction, GangMember, GangPlacement, Host, HostState, Inventory, Job, JobId,
@@ -19,8 +19,10 @@ use crate::NodeId;
 mod array;
 mod evict;
 mod lifecycle;
+mod pending_views;
 mod policy_apply;
 mod reservations;
+mod room_now;
 mod spec_rules;
 mod steps;
 pub use steps::{StepRecord, StepReport, STEPS_PER_JOB_MAX};
@@ -224,6 +226,11 @@ pub struct SmState {
     /// (see [`SmState::apply`]) and rebuilt by the next submit. Derived
     /// data: never stored, the same on every node.
     submit_counts: Option<policy_apply::KeptSubmitCounts>,
+    /// What the pass sees of each pending job as far as its record alone
+    /// decides, kept between passes (see [`pending_views`]). Derived
+    /// data, never stored; behind a mutex because snapshots are taken
+    /// under the shared read lock.
+    pending_views: Mutex<pending_views::PendingViews>,
 }
 
 /// The state shared between openraft's state machine and the node's readers
@@ -360,6 +367,45 @@ impl SmState {
     /// queue order. `host_state` says, from leader soft state, whether each
     /// host's agent is alive.
     pub fn scheduler_snapshot(&self, host_state: impl Fn(&str) -> HostState) -> Snapshot {
+        let mut views = self.pending_views.lock().unwrap_or_else(|p| p.into_inner());
+        views.sync(&self.pending, &self.data.jobs);
+        debug_assert!(
+            views.iter().all(|view| {
+                self.data.jobs.get(&view.job.id).is_some_and(|r| {
+                    let fresh = pending_views::view_of(r);
+                    fresh.job == view.job
+                        && fresh.has_dependency == view.has_dependency
+                        && fresh.singleton == view.singleton
+                })
+            }),
+            "a pending job's record changed without being marked dirty"
+        );
+        self.snapshot_with(host_state, views.iter())
+    }
+
+    /// [`Self::scheduler_snapshot`] for checks inside `apply`, with every
+    /// host up: pending jobs (when `with_pending`) are read afresh from
+    /// their records and no view is kept, since `apply` may be holding a
+    /// record tentatively changed (an update's tasks are checked against
+    /// the state with each other changed, and put back on a refusal).
+    pub(super) fn snapshot_in_apply(&self, with_pending: bool) -> Snapshot {
+        let fresh: Vec<pending_views::PendingView> = if with_pending {
+            self.pending
+                .iter()
+                .filter_map(|id| self.data.jobs.get(id))
+                .map(pending_views::view_of)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        self.snapshot_with(|_| HostState::Up, fresh.iter())
+    }
+
+    fn snapshot_with<'v>(
+        &self,
+        host_state: impl Fn(&str) -> HostState,
+        views: impl Iterator<Item = &'v pending_views::PendingView> + Clone,
+    ) -> Snapshot {
         let hosts = self
             .data
             .hosts
@@ -370,24 +416,28 @@ impl SmState {
                 view
             })
             .collect();
-        let deps = spec_rules::DependencyView::new(self);
         // Victims are stopping for these, or just left for them: the room
         // is theirs first.
         let mut room_freed = self.evicted_for();
         room_freed.extend(self.room_claims.iter().copied());
-        let pending = self
-            .pending
-            .iter()
-            .filter_map(|id| self.data.jobs.get(id))
-            .map(|r| PendingJob {
-                id: r.job.id,
-                submit_ms: r.job.submit_ms,
-                held: r.job.held(),
-                dependency: deps.status(r).reason(),
-                array: array::task_of(&r.job.spec),
-                room_freed: room_freed.contains(&r.job.id),
-                admin_priority: r.job.admin_priority,
-                ..policy_apply::pending_of(&r.job.spec)
+        let wants_singleton = views.clone().any(|v| v.singleton);
+        let deps = spec_rules::DependencyView::with_singleton(self, wants_singleton);
+        let pending = views
+            .map(|view| {
+                let id = view.job.id;
+                let dependency = if view.has_dependency {
+                    self.data
+                        .jobs
+                        .get(&id)
+                        .and_then(|r| deps.status(r).reason())
+                } else {
+                    None
+                };
+                PendingJob {
+                    dependency,
+                    room_freed: !room_freed.is_empty() && room_freed.contains(&id),
+                    ..view.job.clone()
+                }
             })
             .collect();
         // Backfill needs to know when running work frees its room: start +
@@ -438,6 +488,18 @@ impl SmState {
     /// Applies one command. Deterministic: same state and command, same
     /// result, on every node.
     pub fn apply(&mut self, command: &Command, dirty: &mut Dirty) -> Response {
+        let response = self.apply_command(command, dirty);
+        // Every job changed since the store last persisted (at least this
+        // command's) loses its pending view: a few hundred at most, the
+        // size of an apply batch.
+        self.pending_views
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .forget(&dirty.jobs);
+        response
+    }
+
+    fn apply_command(&mut self, command: &Command, dirty: &mut Dirty) -> Response {
         // A submit adds its jobs to the counts; a batch's commands decide
         // one by one; a start report changes no count. Anything else may
         // end, start, move or re-policy a job: the counts are rebuilt.
@@ -578,7 +640,7 @@ impl SmState {
                         Command::Batch { .. } => Response::Rejected {
                             reason: "a batch may not contain a batch".into(),
                         },
-                        command => self.apply(command, dirty),
+                        command => self.apply_command(command, dirty),
                     })
                     .collect(),
             },

@@ -163,7 +163,7 @@ impl SmState {
     fn counting_snapshot(&self, exclude: Option<JobId>) -> Snapshot {
         let mut snapshot = self.policy_snapshot();
         if self.data.policy.has_submit_limits() {
-            let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
+            let full = self.snapshot_in_apply(true);
             snapshot.pending = full.pending;
             snapshot.pending.retain(|p| Some(p.id) != exclude);
             snapshot.running = full.running;
@@ -248,11 +248,8 @@ impl SmState {
         if self.data.policy.is_empty() {
             return None;
         }
-        let full = self.scheduler_snapshot(|_| berth_scheduler::HostState::Up);
-        let snapshot = Snapshot {
-            pending: Vec::new(),
-            ..full
-        };
+        // Pending jobs are not read: the tally counts what runs.
+        let snapshot = self.snapshot_in_apply(false);
         let tally = Tally::new(&snapshot, &Catalog::new(&snapshot), now_ms);
         Some(LimitRecheck { snapshot, tally })
     }

@@ -102,6 +102,12 @@ impl<'a> DependencyView<'a> {
             .iter()
             .filter_map(|id| state.data.jobs.get(id))
             .any(|r| has_singleton(&r.job.spec));
+        DependencyView::with_singleton(state, wants_singleton)
+    }
+
+    /// As [`DependencyView::new`], told whether some pending job has a
+    /// `singleton` dependency (the pass's pending views know).
+    pub(super) fn with_singleton(state: &'a SmState, wants_singleton: bool) -> DependencyView<'a> {
         let mut singleton: BTreeMap<(&str, &str), SingletonPeers> = BTreeMap::new();
         if wants_singleton {
             for id in state.pending.iter().chain(&state.running) {
@@ -145,7 +151,7 @@ impl<'a> DependencyView<'a> {
     }
 }
 
-fn has_singleton(spec: &JobSpec) -> bool {
+pub(super) fn has_singleton(spec: &JobSpec) -> bool {
     !spec.dependency.is_empty()
         && deps::parse(&spec.dependency)
             .is_ok_and(|d| d.deps.iter().any(|d| d.kind == DepKind::Singleton))

@@ -572,3 +572,53 @@ fn an_array_update_counts_its_tasks_against_a_submit_limit() {
         }
     );
 }
+
+#[test]
+fn a_snapshot_after_an_update_sees_the_change_not_the_kept_view() {
+    let mut s = state();
+    let a = submit(&mut s, "a", spec("a"));
+    let b = submit(&mut s, "b", spec("b"));
+    let pending_of = |s: &SmState, id: JobId| {
+        s.scheduler_snapshot(|_| berth_scheduler::HostState::Up)
+            .pending
+            .into_iter()
+            .find(|p| p.id == id)
+    };
+    // The first snapshot keeps a view of both jobs.
+    assert_eq!(
+        pending_of(&s, b).map(|p| (p.nice, p.time_limit_s)),
+        Some((0, 600))
+    );
+    let r = update(
+        &mut s,
+        b,
+        JobUpdate {
+            time_limit_s: Some(300),
+            nice: Some(10),
+            features: Some(vec!["ib".into()]),
+            ..JobUpdate::default()
+        },
+        false,
+    );
+    assert!(matches!(r, Response::JobUpdated { .. }), "{r:?}");
+    let seen = pending_of(&s, b).expect("b is pending");
+    assert_eq!(
+        (seen.nice, seen.time_limit_s, seen.shape.features),
+        (10, 300, vec!["ib".to_string()])
+    );
+    // A job that leaves the queue leaves the snapshot and its view goes.
+    apply_cancel(&mut s, a);
+    assert!(pending_of(&s, a).is_none());
+    assert!(pending_of(&s, b).is_some());
+}
+
+fn apply_cancel(s: &mut SmState, job_id: JobId) {
+    let r = s.apply(
+        &Command::CancelJob {
+            job_id,
+            now_ms: 7_000,
+        },
+        &mut Dirty::default(),
+    );
+    assert!(matches!(r, Response::Cancelled { .. }), "{r:?}");
+}

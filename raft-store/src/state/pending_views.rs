@@ -1,0 +1,112 @@
+//! The pass's view of each pending job, kept between passes.
+//!
+//! A snapshot used to rebuild every pending job's `PendingJob` from its
+//! record each pass: a lookup in the job table, the spec's resource
+//! strings parsed into shapes, its names copied. With a long queue that
+//! was most of a pass (and all of it under the state's read lock, which
+//! apply waits for). The part that follows from the record alone is now
+//! made once per job and kept until the record changes; what depends on
+//! other jobs (dependencies, room freed for it) is still judged each pass.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+
+use berth_scheduler::{JobId, PendingJob};
+
+use super::{array, policy_apply, spec_rules, JobRecord};
+
+/// One pending job's kept view.
+#[derive(Debug)]
+pub(super) struct PendingView {
+    /// Without `dependency` and `room_freed`, which the snapshot sets.
+    pub job: PendingJob,
+    /// It names dependencies, so the snapshot must judge them.
+    pub has_dependency: bool,
+    /// One of them is `singleton`.
+    pub singleton: bool,
+}
+
+/// Views by job id, for pending jobs only (see [`PendingViews::sync`]).
+///
+/// Invariant: a kept view equals what [`view_of`] makes of the job's
+/// record now. `SmState::apply` keeps it by forgetting the view of every
+/// job it marks in `Dirty`, which every change to a record must do anyway
+/// to be persisted; debug builds check it at every snapshot. Snapshots
+/// taken inside `apply` neither read nor make views (a record may be
+/// changed tentatively there): `SmState::snapshot_in_apply`.
+#[derive(Debug, Default)]
+pub(super) struct PendingViews {
+    views: BTreeMap<JobId, PendingView>,
+}
+
+/// What the pass sees of `r` as far as its record alone decides.
+pub(super) fn view_of(r: &JobRecord) -> PendingView {
+    let spec = &r.job.spec;
+    PendingView {
+        job: PendingJob {
+            id: r.job.id,
+            submit_ms: r.job.submit_ms,
+            held: r.job.held(),
+            array: array::task_of(spec),
+            admin_priority: r.job.admin_priority,
+            ..policy_apply::pending_of(spec)
+        },
+        has_dependency: !spec.dependency.is_empty(),
+        singleton: spec_rules::has_singleton(spec),
+    }
+}
+
+impl PendingViews {
+    /// Drops the views of `changed` jobs.
+    pub(super) fn forget(&mut self, changed: &BTreeSet<JobId>) {
+        if self.views.is_empty() {
+            return;
+        }
+        for id in changed {
+            self.views.remove(id);
+        }
+    }
+
+    /// Makes the kept views exactly those of the `pending` jobs: one walk
+    /// of both sorted id sequences side by side, then views made for the
+    /// new jobs from their records and dropped for jobs no longer pending
+    /// (their change dropped them already, unless a record was changed
+    /// outside `apply`, as tests do).
+    pub(super) fn sync(&mut self, pending: &BTreeSet<JobId>, jobs: &BTreeMap<JobId, JobRecord>) {
+        let mut missing = Vec::new();
+        let mut gone = Vec::new();
+        let mut kept = self.views.keys().copied().peekable();
+        for &id in pending {
+            loop {
+                match kept.peek().map(|k| k.cmp(&id)) {
+                    Some(Ordering::Less) => {
+                        gone.extend(kept.next());
+                    }
+                    Some(Ordering::Equal) => {
+                        kept.next();
+                        break;
+                    }
+                    Some(Ordering::Greater) | None => {
+                        missing.push(id);
+                        break;
+                    }
+                }
+            }
+        }
+        gone.extend(kept);
+        for id in gone {
+            self.views.remove(&id);
+        }
+        for id in missing {
+            if let Some(record) = jobs.get(&id) {
+                self.views.insert(id, view_of(record));
+            }
+        }
+        debug_assert!(self.views.len() <= pending.len());
+    }
+
+    /// The views in job id order (the pending set's order).
+    pub(super) fn iter(&self) -> impl Iterator<Item = &PendingView> + Clone {
+        self.views.values()
+    }
+}
