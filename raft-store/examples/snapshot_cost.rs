@@ -2,13 +2,15 @@
 //! to `schedule()` itself, as the queue grows: JOBS pending jobs (a
 //! training job's spec, one GPU each) on 100 full hosts, on the real state
 //! machine in memory. Prints, per queue size, the first snapshot (which
-//! makes every pending view), the median of the next ones, and the median
-//! pass over that snapshot:
+//! makes every pending view), the median of the next ones, the median
+//! pass over that snapshot, and the heap the kept views hold:
 //!
 //!   cargo run --release -p berth-raft-store --example snapshot_cost -- [JOBS...]
 //!
 //! (default 10000 30000 100000).
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use berth_raft_store::state::{Dirty, SmState};
@@ -21,6 +23,30 @@ const ROUNDS: usize = 9;
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
+}
+
+/// Counts live heap bytes, so the kept views' size can be read exactly.
+struct Counting;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live_mib() -> f64 {
+    LIVE_BYTES.load(Relaxed) as f64 / (1024.0 * 1024.0)
 }
 
 fn apply(s: &mut SmState, command: Command) {
@@ -81,14 +107,19 @@ fn main() {
         sizes
     };
     let policy = Policy::default();
-    println!("pending | first snapshot ms | snapshot ms (median) | schedule() ms (median)");
+    println!(
+        "pending | first snapshot ms | snapshot ms (median) | schedule() ms (median) | state MiB | views MiB"
+    );
     for jobs in sizes {
         let s = state(jobs);
+        let before_mib = live_mib();
         let started = Instant::now();
         let first = s.scheduler_snapshot(|_| HostState::Up);
         let first_ms = started.elapsed();
         assert_eq!(first.pending.len(), jobs);
         drop(first);
+        // What the first snapshot left behind: the kept views.
+        let views_mib = live_mib() - before_mib;
         let mut snaps = Vec::new();
         let mut passes = Vec::new();
         for _ in 0..ROUNDS {
@@ -101,7 +132,7 @@ fn main() {
             assert!(plan.starts.is_empty());
         }
         println!(
-            "{jobs:>7} | {:>17.1} | {:>20.1} | {:>22.1}",
+            "{jobs:>7} | {:>17.1} | {:>20.1} | {:>22.1} | {before_mib:>9.1} | {views_mib:>9.1}",
             first_ms.as_secs_f64() * 1e3,
             median(snaps).as_secs_f64() * 1e3,
             median(passes).as_secs_f64() * 1e3
