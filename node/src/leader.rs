@@ -316,12 +316,14 @@ fn note_multipath_since(since: &mut BTreeMap<JobId, MultipathHeld>, plan: &Plan,
 /// start time is exported (failover is measured up to it).
 async fn run_pass(node: &Node, policy: &Policy, first_of_term: bool) {
     let started = Instant::now();
-    let (mut snapshot, snapshot_index) = node.read(|state| {
+    let (input, snapshot_index) = node.read(|state| {
         (
-            state.scheduler_snapshot(|host| node.liveness.state(host, started)),
+            state.pass_input(|host| node.liveness.state(host, started)),
             state.applied_index(),
         )
     });
+    // The pending jobs are copied here, with the state's lock let go.
+    let mut snapshot = input.into_snapshot();
     let pass_ms = now_ms();
     if first_of_term {
         metrics::gauge!(crate::metrics::LEADER_FIRST_PASS_TIMESTAMP_SECONDS)

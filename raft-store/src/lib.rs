@@ -29,8 +29,9 @@ pub use check::{check, CheckReport};
 pub use command::{Command, JobAction, JobUpdate, Request, Response, COMMAND_VERSION};
 pub use error::StoreError;
 pub use state::{
-    HostRecord, JobEvent, JobRecord, SharedState, SignalRequest, SmState, StepRecord, StepReport,
-    HOST_DRAIN_REASON_BYTES_MAX, HOST_STEP_ADDR_BYTES_MAX, SIGNALS_PER_JOB_MAX, STEPS_PER_JOB_MAX,
+    HostRecord, JobEvent, JobRecord, PassInput, SharedState, SignalRequest, SmState, StepRecord,
+    StepReport, HOST_DRAIN_REASON_BYTES_MAX, HOST_STEP_ADDR_BYTES_MAX, SIGNALS_PER_JOB_MAX,
+    STEPS_PER_JOB_MAX,
 };
 pub use store::{open, LogStore, StateMachineStore, StoreHandles};
 

@@ -10,10 +10,15 @@
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use berth_scheduler::{JobId, PendingJob};
 
 use super::{array, policy_apply, spec_rules, JobRecord};
+
+/// Changed jobs past which [`PendingViews::forget`] drops every view:
+/// several apply batches of submits under load.
+const FORGET_ONE_BY_ONE_MAX: usize = 4_096;
 
 /// One pending job's kept view.
 #[derive(Debug)]
@@ -36,7 +41,8 @@ pub(super) struct PendingView {
 /// changed tentatively there): `SmState::snapshot_in_apply`.
 #[derive(Debug, Default)]
 pub(super) struct PendingViews {
-    views: BTreeMap<JobId, PendingView>,
+    /// Shared, so a pass can take them without copying under the lock.
+    views: BTreeMap<JobId, Arc<PendingView>>,
 }
 
 /// What the pass sees of `r` as far as its record alone decides.
@@ -57,9 +63,17 @@ pub(super) fn view_of(r: &JobRecord) -> PendingView {
 }
 
 impl PendingViews {
-    /// Drops the views of `changed` jobs.
+    /// Drops the views of `changed` jobs. `apply` calls this after every
+    /// command with all the jobs its apply batch has changed so far, so a
+    /// long batch (a restarted node re-applying thousands of entries)
+    /// drops every view at once instead of walking an ever longer set
+    /// again per command; the next snapshot makes them anew.
     pub(super) fn forget(&mut self, changed: &BTreeSet<JobId>) {
         if self.views.is_empty() {
+            return;
+        }
+        if changed.len() > FORGET_ONE_BY_ONE_MAX {
+            self.views.clear();
             return;
         }
         for id in changed {
@@ -99,7 +113,7 @@ impl PendingViews {
         }
         for id in missing {
             if let Some(record) = jobs.get(&id) {
-                self.views.insert(id, view_of(record));
+                self.views.insert(id, Arc::new(view_of(record)));
             }
         }
         debug_assert!(self.views.len() <= pending.len());
@@ -107,6 +121,70 @@ impl PendingViews {
 
     /// The views in job id order (the pending set's order).
     pub(super) fn iter(&self) -> impl Iterator<Item = &PendingView> + Clone {
-        self.views.values()
+        self.views.values().map(|v| &**v)
+    }
+
+    /// The views in job id order, shared.
+    pub(super) fn shared(&self) -> Vec<Arc<PendingView>> {
+        self.views.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use berth_scheduler::{HostState, JobSpec};
+
+    use super::super::test_support::{apply, submit};
+    use super::super::{Dirty, SmState};
+    use super::FORGET_ONE_BY_ONE_MAX;
+    use crate::command::Command;
+
+    fn kept(s: &SmState) -> usize {
+        s.pending_views.lock().map_or(0, |v| v.views.len())
+    }
+
+    fn spec() -> JobSpec {
+        JobSpec {
+            user: "u".into(),
+            command: "true".into(),
+            cpus: 1,
+            ..JobSpec::default()
+        }
+    }
+
+    #[test]
+    fn views_follow_the_queue_and_a_long_batch_drops_them_all() {
+        let mut s = SmState::default();
+        submit(&mut s, "a", spec());
+        submit(&mut s, "b", spec());
+        assert_eq!(kept(&s), 0, "made by the first snapshot, not by apply");
+        assert_eq!(s.scheduler_snapshot(|_| HostState::Up).pending.len(), 2);
+        assert_eq!(kept(&s), 2);
+        apply(
+            &mut s,
+            Command::CancelJob {
+                job_id: 1,
+                now_ms: 20,
+            },
+        );
+        assert_eq!(kept(&s), 1, "the cancelled job's view went with it");
+        // An apply batch that has changed more jobs than that drops all.
+        let mut dirty = Dirty {
+            jobs: (1_000..1_000 + FORGET_ONE_BY_ONE_MAX as u64 + 1).collect::<BTreeSet<_>>(),
+            ..Dirty::default()
+        };
+        s.apply(
+            &Command::CancelJob {
+                job_id: 99,
+                now_ms: 30,
+            },
+            &mut dirty,
+        );
+        assert_eq!(kept(&s), 0);
+        let pending = s.scheduler_snapshot(|_| HostState::Up).pending;
+        assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(kept(&s), 1);
     }
 }
