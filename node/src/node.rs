@@ -31,7 +31,9 @@ const PROPOSE_RETRY_PAUSE_MS: u64 = 50;
 /// entry (`Command::Batch`): under load one fsync covers many submits,
 /// while a lone proposal is sent at once, unbatched. 2 rather than 4: in
 /// `berth-drill bench raft-writes` the larger batches did better at 64 and
-/// 256 clients (0.69× and 0.63× etcd against 0.61× and 0.57×).
+/// 256 clients (0.69× and 0.63× etcd against 0.61× and 0.57×), and again
+/// with 256 KiB batches (`--berth-only --clients 16,64`, alternating:
+/// 5,674 and 5,757 submits/s at 64 clients with 2, 5,488 and 5,170 with 4).
 const PROPOSALS_IN_FLIGHT_MAX: usize = 2;
 /// Commands one batch entry carries at most.
 const BATCH_COMMANDS_MAX: usize = 256;
