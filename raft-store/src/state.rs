@@ -17,6 +17,7 @@ use crate::policy::{PolicyTables, UsageState};
 use crate::NodeId;
 
 mod array;
+mod entry;
 mod evict;
 mod lifecycle;
 mod pending_views;
@@ -25,6 +26,7 @@ mod reservations;
 mod room_now;
 mod spec_rules;
 mod steps;
+pub use entry::NewerCommand;
 pub use steps::{StepRecord, StepReport, STEPS_PER_JOB_MAX};
 mod update;
 

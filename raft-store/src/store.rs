@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::backup::Backup;
-use crate::command::{Command, Response, COMMAND_VERSION};
+use crate::command::{Command, Response};
 use crate::error::StoreError;
 use crate::state::{Counters, Dirty, SharedState, SmData, SmState};
 use crate::{NodeId, TypeConfig};
@@ -970,29 +970,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         {
             let mut state = self.write_state();
             for entry in entries {
-                let response = match &entry.payload {
-                    EntryPayload::Blank => Response::None,
-                    EntryPayload::Normal(request) => {
-                        if request.version > COMMAND_VERSION {
-                            // Refuse rather than misapply: this node stops
-                            // and must be upgraded before it can go on.
-                            let err = std::io::Error::other(format!(
-                                "log entry {} has command version {}, newer than this berthd \
-                                 understands ({COMMAND_VERSION}); upgrade this node",
-                                entry.log_id, request.version
-                            ));
-                            return Err(StorageIOError::apply(entry.log_id, &err).into());
-                        }
-                        policy_changed |= may_change_policy(&request.command);
-                        state.apply(&request.command, &mut dirty)
-                    }
-                    EntryPayload::Membership(membership) => {
-                        state.data.last_membership =
-                            StoredMembership::new(Some(entry.log_id), membership.clone());
-                        Response::None
-                    }
-                };
-                state.data.last_applied = Some(entry.log_id);
+                if let EntryPayload::Normal(request) = &entry.payload {
+                    policy_changed |= may_change_policy(&request.command);
+                }
+                let response = state
+                    .apply_entry(entry.log_id, &entry.payload, &mut dirty)
+                    .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
                 responses.push(response);
             }
             self.persist(&state, &dirty, policy_changed)

@@ -50,7 +50,7 @@ use openraft::raft::{
 };
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
-    AsyncRuntime, BasicNode, Config, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader,
+    AsyncRuntime, BasicNode, Config, Entry, LogId, OptionalSend, RaftLogReader,
     RaftSnapshotBuilder, ServerState, SnapshotMeta, SnapshotPolicy, StorageError, StorageIOError,
     StoredMembership, TokioInstant, TokioRuntime, Vote,
 };
@@ -418,18 +418,10 @@ impl RaftStateMachine<SimConfig> for MemSm {
         let mut inner = self.inner();
         let mut out = Vec::new();
         for entry in entries {
-            let response = match &entry.payload {
-                EntryPayload::Blank => Response::None,
-                EntryPayload::Normal(request) => {
-                    inner.state.apply(&request.command, &mut Dirty::default())
-                }
-                EntryPayload::Membership(m) => {
-                    inner.state.data.last_membership =
-                        StoredMembership::new(Some(entry.log_id), m.clone());
-                    Response::None
-                }
-            };
-            inner.state.data.last_applied = Some(entry.log_id);
+            let response = inner
+                .state
+                .apply_entry(entry.log_id, &entry.payload, &mut Dirty::default())
+                .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
             out.push(response);
         }
         Ok(out)
