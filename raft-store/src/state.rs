@@ -424,12 +424,10 @@ impl SmState {
         views.sync(&self.pending, &self.data.jobs);
         debug_assert!(
             views.iter().all(|view| {
-                self.data.jobs.get(&view.job.id).is_some_and(|r| {
-                    let fresh = pending_views::view_of(r);
-                    fresh.job == view.job
-                        && fresh.has_dependency == view.has_dependency
-                        && fresh.singleton == view.singleton
-                })
+                self.data
+                    .jobs
+                    .get(&view.job.id)
+                    .is_some_and(|r| pending_views::view_of(r) == *view)
             }),
             "a pending job's record changed without being marked dirty"
         );

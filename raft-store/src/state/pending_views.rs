@@ -21,7 +21,7 @@ use super::{array, policy_apply, spec_rules, JobRecord};
 const FORGET_ONE_BY_ONE_MAX: usize = 4_096;
 
 /// One pending job's kept view.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(super) struct PendingView {
     /// Without `dependency` and `room_freed`, which the snapshot sets.
     pub job: PendingJob,

@@ -3,7 +3,7 @@
 
 use berth_scheduler::{JobId, JobState};
 
-use super::{pending_views, SmState};
+use super::{policy_apply, SmState};
 
 impl SmState {
     /// Whether pending job `job_id` might start now without anyone making
@@ -27,7 +27,8 @@ impl SmState {
         if record.job.held() || record.job.spec.begin_ms > now_ms {
             return false;
         }
-        let view = pending_views::view_of(record).job;
+        // Its resource paths, as the pass reads them.
+        let view = policy_apply::pending_of(&record.job.spec);
         let hosts = || {
             self.data
                 .hosts
