@@ -141,6 +141,17 @@ fn same_class(a: &ClassKey<'_>, b: &ClassKey<'_>) -> bool {
     a.0 == b.0 && same_str(a.1, b.1) && a.2 == b.2 && a.3 == b.3 && a.4 == b.4
 }
 
+/// Whether `a` and `b` have the same static attributes listed the same
+/// way: then their [`class_key`]s are equal (the converse does not hold:
+/// features or partitions may be listed in another order).
+fn same_listing(a: &Host, b: &Host) -> bool {
+    a.inventory.resources() == b.inventory.resources()
+        && same_str(&a.inventory.gpu_type, &b.inventory.gpu_type)
+        && a.inventory.emulator == b.inventory.emulator
+        && a.features == b.features
+        && a.partitions == b.partitions
+}
+
 fn class_key(h: &Host) -> ClassKey<'_> {
     let r = h.inventory.resources();
     (
@@ -167,19 +178,26 @@ struct Profiles {
 
 impl Profiles {
     /// O(running jobs × their hosts + hosts): no allocation per host.
-    fn new(
-        snapshot: &Snapshot,
-        hosts: &[&Host],
-        index: &FxMap<&str, usize>,
-        now_ms: u64,
-    ) -> Profiles {
+    fn new(snapshot: &Snapshot, hosts: &[&Host], now_ms: u64) -> Profiles {
         let placements: usize = snapshot.running.iter().map(|r| r.hosts.len()).sum();
         let mut placed: Vec<(usize, u64, Resources)> = Vec::with_capacity(placements);
+        // Host names are found by binary search in `hosts` (in name order),
+        // starting at the position after the job's previous host: a gang's
+        // hosts are mostly neighbours, and a map of every name, built per
+        // pass, cost more than all the searches.
         for job in &snapshot.running {
             let Some(end_ms) = job.end_ms else { continue };
+            let mut next = 0usize;
             for host in &job.hosts {
-                if let Some(&i) = index.get(host.as_str()) {
+                let found = match hosts.get(next) {
+                    Some(h) if h.name == *host => Some(next),
+                    _ => hosts
+                        .binary_search_by(|h| h.name.as_str().cmp(host.as_str()))
+                        .ok(),
+                };
+                if let Some(i) = found {
                     placed.push((i, end_ms, job.per_host));
+                    next = i + 1;
                 }
             }
         }
@@ -247,12 +265,7 @@ impl<'a> Pool<'a> {
             hosts.sort_by(|a, b| a.name.cmp(&b.name));
         }
         let allocated: Vec<Resources> = hosts.iter().map(|h| h.allocated).collect();
-        let index: FxMap<&str, usize> = hosts
-            .iter()
-            .enumerate()
-            .map(|(i, h)| (h.name.as_str(), i))
-            .collect();
-        let profiles = Profiles::new(snapshot, &hosts, &index, now_ms);
+        let profiles = Profiles::new(snapshot, &hosts, now_ms);
         // Classes in a stable order: smaller hosts first, so that a job
         // that fits on either kind takes the smaller one. Hosts of a kind
         // mostly sit together, so runs of equal keys go into the map at
@@ -260,6 +273,14 @@ impl<'a> Pool<'a> {
         let mut by_key: BTreeMap<ClassKey<'a>, Vec<usize>> = BTreeMap::new();
         let mut run: Option<(ClassKey<'a>, Vec<usize>)> = None;
         for (i, h) in hosts.iter().enumerate() {
+            if let Some((_, members)) = &mut run {
+                // A host listed exactly as the run's first is of its class,
+                // without making its key.
+                if same_listing(hosts[members[0]], h) {
+                    members.push(i);
+                    continue;
+                }
+            }
             let key = class_key(h);
             match &mut run {
                 Some((k, members)) if same_class(k, &key) => members.push(i),
@@ -285,14 +306,17 @@ impl<'a> Pool<'a> {
                 free: BTreeSet::new(),
                 has_gpus: total.gpus > 0,
             };
-            // Collected at once: a sorted bulk build, not one insert each.
-            class.free = members
+            // Sorted first (unstable: the keys are distinct), then built in
+            // bulk: the set's own collect sorts stably, which costs more.
+            let mut keys: Vec<(u32, u32, usize)> = members
                 .iter()
                 .map(|&i| {
                     class_of[i] = c;
                     class.key(hosts[i].free(), i)
                 })
                 .collect();
+            keys.sort_unstable();
+            class.free = keys.into_iter().collect();
             class.members = members;
             classes.push(class);
         }

@@ -152,7 +152,7 @@ pub fn run_swf_with(
         });
     }
     let c = u64::from(options.cpus_per_node);
-    let mut jobs = Vec::new();
+    let mut jobs = Vec::with_capacity(raw.len());
     let mut skipped = 0usize;
     let (mut recorded_wait_s, mut recorded_bsld, mut recorded_n) = (0.0f64, 0.0f64, 0u64);
     for (line_no, submit, run, procs, req_time, wait) in raw {
