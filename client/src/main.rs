@@ -7,6 +7,12 @@ mod cli;
 use cli::Tool;
 use std::process::ExitCode;
 
+/// mimalloc rather than glibc's malloc: `berth sim` runs the scheduler
+/// pass tens of thousands of times, each making many small, short-lived
+/// allocations (see `mimalloc` in the workspace Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let tool = Tool::from_argv0(argv.first());

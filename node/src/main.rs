@@ -15,6 +15,12 @@ use berth_node::dev::{self, DevArgs};
 use clap::{Parser, Subcommand};
 use tokio::sync::watch;
 
+/// mimalloc rather than glibc's malloc: the scheduler pass, the JSON of
+/// every request and log entry and openraft's bookkeeping make many small,
+/// short-lived allocations (see `mimalloc` in the workspace Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "berthd", version, about = "Berth controller node")]
 struct Cli {
