@@ -240,19 +240,30 @@ impl ProgressBar {
 /// The file's text; gzip (by its magic bytes) is decompressed first.
 fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    decode(&bytes).with_context(|| format!("cannot read {}", path.display()))
+    decode(bytes).with_context(|| format!("cannot read {}", path.display()))
 }
 
-fn decode(bytes: &[u8]) -> Result<String> {
+/// The most a gzip trailer's size hint reserves up front; a larger text
+/// grows as it is read.
+const GZIP_SIZE_HINT_MAX: usize = 256 * 1024 * 1024;
+
+fn decode(bytes: Vec<u8>) -> Result<String> {
     const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
     let raw = if bytes.starts_with(&GZIP_MAGIC) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
+        // The trailer's last 4 bytes are the (last member's) text size mod
+        // 2^32: a hint, so that a 20 MB trace is not read into a buffer
+        // that doubles, copies and faults in fresh pages again and again.
+        let hint = bytes
+            .last_chunk::<4>()
+            .map_or(0, |t| u32::from_le_bytes(*t) as usize)
+            .min(GZIP_SIZE_HINT_MAX);
+        let mut out = Vec::with_capacity(hint);
+        flate2::read::MultiGzDecoder::new(bytes.as_slice())
             .read_to_end(&mut out)
             .context("not valid gzip")?;
         out
     } else {
-        bytes.to_vec()
+        bytes
     };
     String::from_utf8(raw)
         .map_err(|e| anyhow::anyhow!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()))
@@ -285,9 +296,9 @@ mod tests {
         gz.write_all(text.as_bytes())
             .unwrap_or_else(|e| panic!("{e}"));
         let packed = gz.finish().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(decode(&packed).ok().as_deref(), Some(text));
-        assert_eq!(decode(text.as_bytes()).ok().as_deref(), Some(text));
-        assert!(decode(&[0x1f, 0x8b, 0, 1, 2]).is_err());
-        assert!(decode(&[0xff, 0xfe]).is_err());
+        assert_eq!(decode(packed).ok().as_deref(), Some(text));
+        assert_eq!(decode(text.as_bytes().to_vec()).ok().as_deref(), Some(text));
+        assert!(decode(vec![0x1f, 0x8b, 0, 1, 2]).is_err());
+        assert!(decode(vec![0xff, 0xfe]).is_err());
     }
 }
