@@ -655,3 +655,76 @@ impl<'a> Pool<'a> {
         hosts.iter().map(|&i| self.hosts[i].name.clone()).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Inventory;
+    use crate::pass::RunningJob;
+
+    fn host(name: &str, features: &[&str]) -> Host {
+        let mut h = Host::new(name, Inventory::cpu_mem(4, 0));
+        h.features = features.iter().map(|f| f.to_string()).collect();
+        h
+    }
+
+    #[test]
+    fn hosts_listing_features_in_another_order_share_a_class() {
+        let snapshot = Snapshot {
+            hosts: vec![
+                host("n1", &["a", "b"]),
+                host("n2", &["b", "a"]),
+                host("n3", &["a", "b"]),
+                host("n4", &["c"]),
+                host("n5", &["b", "a"]),
+            ],
+            ..Snapshot::default()
+        };
+        let pool = Pool::new(&snapshot, 0);
+        assert_eq!(pool.classes.len(), 2);
+        assert_eq!(pool.class_of, vec![0, 0, 0, 1, 0]);
+        assert_eq!(pool.classes[0].members, vec![0, 1, 2, 4]);
+    }
+
+    #[test]
+    fn running_jobs_hold_the_hosts_they_name_until_they_end() {
+        let cpus = Resources::cpu_mem(4, 0);
+        let mut hosts: Vec<Host> = (1..=6).map(|i| host(&format!("n{i}"), &[])).collect();
+        // Named out of order and with a gap, as a gang's hosts may be.
+        let busy = ["n5", "n2", "n3"];
+        for h in &mut hosts {
+            if busy.contains(&h.name.as_str()) {
+                h.allocated = cpus;
+            }
+        }
+        let snapshot = Snapshot {
+            hosts,
+            running: vec![RunningJob {
+                hosts: busy.iter().map(|h| h.to_string()).collect(),
+                per_host: cpus,
+                end_ms: Some(10_000),
+                ..RunningJob::default()
+            }],
+            ..Snapshot::default()
+        };
+        let mut pool = Pool::new(&snapshot, 0);
+        let gang = |nodes| Shape {
+            nodes,
+            ..Shape::one(cpus)
+        };
+        let all = [0];
+        assert_eq!(
+            pool.earliest_room(&gang(6), &all, 0, Some(1_000)),
+            Some((10_000, vec![0, 1, 2, 3, 4, 5]))
+        );
+        assert_eq!(
+            pool.earliest_room(&gang(3), &all, 0, Some(1_000)),
+            Some((0, vec![0, 3, 5]))
+        );
+        assert_eq!(
+            pool.earliest_room(&gang(4), &all, 0, Some(1_000))
+                .map(|r| r.0),
+            Some(10_000)
+        );
+    }
+}
