@@ -448,7 +448,9 @@ impl<'a> Pool<'a> {
         duration_ms: Option<u64>,
     ) -> Option<(u64, Vec<usize>)> {
         let wanted = shape.hosts_needed();
-        let mut starts: Vec<(u64, usize, Resources)> = Vec::with_capacity(self.hosts_in(classes));
+        // (earliest start, host): kept small, as sorting them is much of
+        // this function; each host's need is looked up again when tried.
+        let mut starts: Vec<(u64, usize)> = Vec::with_capacity(self.hosts_in(classes));
         for &c in classes {
             for &i in &self.classes[c].members {
                 let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
@@ -456,11 +458,11 @@ impl<'a> Pool<'a> {
                 };
                 self.host_checks += 1;
                 if let Some(at_ms) = self.profiles.earliest(i, need, now_ms, duration_ms) {
-                    starts.push((at_ms, i, need));
+                    starts.push((at_ms, i));
                 }
             }
         }
-        starts.sort_unstable_by_key(|s| (s.0, s.1));
+        starts.sort_unstable();
         let mut chosen: Vec<usize> = Vec::with_capacity(wanted);
         for k in wanted.saturating_sub(1)..starts.len() {
             let at_ms = starts[k].0;
@@ -485,7 +487,10 @@ impl<'a> Pool<'a> {
                 while begin > 0 && starts[begin - 1].0 == group_ms {
                     begin -= 1;
                 }
-                for &(_, i, need) in &starts[begin..end] {
+                for &(_, i) in &starts[begin..end] {
+                    let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
+                        continue;
+                    };
                     if self.profiles.get(i).holds(need, at_ms, duration_ms) {
                         chosen.push(i);
                         if chosen.len() == wanted {
