@@ -865,6 +865,9 @@ impl Engine<'_> {
     /// hosts only, for an exclusive job). False means a pass would start
     /// nothing. Costs one sort of the hosts and a binary search per job.
     fn some_job_may_fit(&self) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
         let up = || self.world.hosts.iter().filter(|h| h.state == HostState::Up);
         // Free CPUs of every up host, most first.
         let mut free_cpus: Vec<u32> = up().map(|h| h.free().cpus).collect();
