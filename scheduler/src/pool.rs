@@ -169,6 +169,11 @@ fn class_key(h: &Host) -> ClassKey<'_> {
 struct Profiles {
     now_ms: u64,
     built: Vec<Option<Profile>>,
+    /// Whether host `i`'s profile has had room taken (or given back) in
+    /// this pass. One that has not is free room now plus releases, so it
+    /// never falls: a host that holds a need from some time on holds it
+    /// at every later time too.
+    changed: Vec<bool>,
     free_now: Vec<Resources>,
     /// Host `i`'s releases (end time, room freed) are
     /// `releases[offsets[i]..offsets[i + 1]]`, in time order.
@@ -181,23 +186,38 @@ impl Profiles {
     fn new(snapshot: &Snapshot, hosts: &[&Host], now_ms: u64) -> Profiles {
         let placements: usize = snapshot.running.iter().map(|r| r.hosts.len()).sum();
         let mut placed: Vec<(usize, u64, Resources)> = Vec::with_capacity(placements);
-        // Host names are found by binary search in `hosts` (in name order),
-        // starting at the position after the job's previous host: a gang's
-        // hosts are mostly neighbours, and a map of every name, built per
-        // pass, cost more than all the searches.
+        // A gang's host is first looked for right after its previous one
+        // (they are mostly neighbours in name order); other hosts in a map
+        // of every name when there are many running jobs for the hosts,
+        // else by binary search in `hosts` (in name order). With few jobs,
+        // building the map each pass cost more than all the searches (a
+        // trace replay on 100 hosts); with many, less (`bench_snapshot`'s
+        // 10,000 hosts with about five running jobs each). Only the speed
+        // depends on the choice.
+        let log2_hosts = usize::BITS - hosts.len().leading_zeros();
+        let many =
+            snapshot.running.len() * (log2_hosts.saturating_sub(2) as usize) > 4 * hosts.len();
+        let index: Option<FxMap<&str, usize>> = many.then(|| {
+            hosts
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (h.name.as_str(), i))
+                .collect()
+        });
         for job in &snapshot.running {
             let Some(end_ms) = job.end_ms else { continue };
-            let mut next = 0usize;
+            let mut next: Option<usize> = None;
             for host in &job.hosts {
-                let found = match hosts.get(next) {
-                    Some(h) if h.name == *host => Some(next),
-                    _ => hosts
+                let found = match (next.and_then(|n| hosts.get(n)), &index) {
+                    (Some(h), _) if h.name == *host => next,
+                    (_, Some(index)) => index.get(host.as_str()).copied(),
+                    (_, None) => hosts
                         .binary_search_by(|h| h.name.as_str().cmp(host.as_str()))
                         .ok(),
                 };
                 if let Some(i) = found {
                     placed.push((i, end_ms, job.per_host));
-                    next = i + 1;
+                    next = Some(i + 1);
                 }
             }
         }
@@ -221,6 +241,7 @@ impl Profiles {
         Profiles {
             now_ms,
             built: vec![None; hosts.len()],
+            changed: vec![false; hosts.len()],
             free_now: hosts.iter().map(|h| h.free()).collect(),
             releases,
             offsets,
@@ -243,6 +264,29 @@ impl Profiles {
             return earliest_in(steps, need, from_ms, duration_ms);
         }
         self.get(i).earliest(need, from_ms, duration_ms)
+    }
+
+    /// Host `i`'s profile, to take room from or give it back to.
+    fn change(&mut self, i: usize) -> &mut Profile {
+        self.changed[i] = true;
+        self.get(i)
+    }
+
+    /// Whether host `i`, whose earliest start for `need` is at or before
+    /// `at_ms`, holds it from `at_ms` for `duration_ms`: always, while its
+    /// profile is unchanged (see `changed`), which then is not built.
+    fn holds_after_earliest(
+        &mut self,
+        i: usize,
+        need: Resources,
+        at_ms: u64,
+        duration_ms: Option<u64>,
+    ) -> bool {
+        if !self.changed[i] {
+            debug_assert!(self.get(i).holds(need, at_ms, duration_ms));
+            return true;
+        }
+        self.get(i).holds(need, at_ms, duration_ms)
     }
 
     fn get(&mut self, i: usize) -> &mut Profile {
@@ -272,10 +316,13 @@ impl<'a> Pool<'a> {
         // once.
         let mut by_key: BTreeMap<ClassKey<'a>, Vec<usize>> = BTreeMap::new();
         let mut run: Option<(ClassKey<'a>, Vec<usize>)> = None;
+        // Whether the last host continued its run: then the next one is
+        // first compared with the run's first as listed, which spares
+        // making its key in a long run of one kind; where kinds alternate,
+        // that compare mostly fails and is skipped.
+        let mut in_run = false;
         for (i, h) in hosts.iter().enumerate() {
-            if let Some((_, members)) = &mut run {
-                // A host listed exactly as the run's first is of its class,
-                // without making its key.
+            if let (true, Some((_, members))) = (in_run, &mut run) {
                 if same_listing(hosts[members[0]], h) {
                     members.push(i);
                     continue;
@@ -283,11 +330,15 @@ impl<'a> Pool<'a> {
             }
             let key = class_key(h);
             match &mut run {
-                Some((k, members)) if same_class(k, &key) => members.push(i),
+                Some((k, members)) if same_class(k, &key) => {
+                    members.push(i);
+                    in_run = true;
+                }
                 _ => {
                     if let Some((k, members)) = run.replace((key, vec![i])) {
                         by_key.entry(k).or_default().extend(members);
                     }
+                    in_run = false;
                 }
             }
         }
@@ -491,7 +542,10 @@ impl<'a> Pool<'a> {
                     let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
                         continue;
                     };
-                    if self.profiles.get(i).holds(need, at_ms, duration_ms) {
+                    if self
+                        .profiles
+                        .holds_after_earliest(i, need, at_ms, duration_ms)
+                    {
                         chosen.push(i);
                         if chosen.len() == wanted {
                             chosen.sort_unstable();
@@ -525,7 +579,7 @@ impl<'a> Pool<'a> {
                 first_need = need;
             }
             let class = &mut self.classes[self.class_of[i]];
-            let profile = self.profiles.get(i);
+            let profile = self.profiles.change(i);
             let before = class.key(profile.free_now(), i);
             profile.take(need, from_ms, until_ms);
             if from_ms <= now_ms {
@@ -601,7 +655,7 @@ impl<'a> Pool<'a> {
     /// free-room index in step.
     fn adjust(&mut self, i: usize, change: impl FnOnce(&mut Profile, &mut Resources)) {
         let class = &mut self.classes[self.class_of[i]];
-        let profile = self.profiles.get(i);
+        let profile = self.profiles.change(i);
         let before = class.key(profile.free_now(), i);
         change(profile, &mut self.allocated[i]);
         let after = class.key(profile.free_now(), i);
@@ -646,7 +700,7 @@ impl<'a> Pool<'a> {
     pub fn block(&mut self, i: usize, from_ms: u64, until_ms: u64) {
         let total = self.hosts[i].inventory.resources();
         let class = &mut self.classes[self.class_of[i]];
-        let profile = self.profiles.get(i);
+        let profile = self.profiles.change(i);
         let before = class.key(profile.free_now(), i);
         profile.take(total, from_ms, Some(until_ms));
         let after = class.key(profile.free_now(), i);
