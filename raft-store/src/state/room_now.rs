@@ -56,16 +56,9 @@ impl SmState {
 mod tests {
     use berth_scheduler::{HostState, Inventory, JobSpec, Resources};
 
-    use super::super::test_support::{apply, placement, plan, register, started, submit};
+    use super::super::test_support::{accepted, apply, placement, plan, register, started, submit};
     use super::super::SmState;
-    use crate::command::{Command, Response};
-
-    fn job_id(response: Response) -> u64 {
-        match response {
-            Response::Submitted { job_id, .. } => job_id,
-            other => panic!("expected a submit's answer, got {other:?}"),
-        }
-    }
+    use crate::command::Command;
 
     fn cpus(n: u32, nodes: u32) -> JobSpec {
         JobSpec {
@@ -81,7 +74,7 @@ mod tests {
     #[test]
     fn no_host_means_no_start_without_evictions() {
         let mut s = SmState::default();
-        let id = job_id(submit(&mut s, "r1", cpus(1, 1)));
+        let id = accepted(submit(&mut s, "r1", cpus(1, 1)));
         assert!(!s.may_start_without_evictions(id, 10));
         // A job it cannot judge is taken to need a pass.
         assert!(s.may_start_without_evictions(id + 100, 10));
@@ -92,10 +85,10 @@ mod tests {
         let mut s = SmState::default();
         register(&mut s, "h1", Inventory::cpu_mem(8, 4096));
         register(&mut s, "h2", Inventory::cpu_mem(8, 4096));
-        let small = job_id(submit(&mut s, "r1", cpus(6, 1)));
-        let too_big = job_id(submit(&mut s, "r2", cpus(9, 1)));
-        let gang = job_id(submit(&mut s, "r3", cpus(4, 2)));
-        let wide = job_id(submit(&mut s, "r4", cpus(1, 3)));
+        let small = accepted(submit(&mut s, "r1", cpus(6, 1)));
+        let too_big = accepted(submit(&mut s, "r2", cpus(9, 1)));
+        let gang = accepted(submit(&mut s, "r3", cpus(4, 2)));
+        let wide = accepted(submit(&mut s, "r4", cpus(1, 3)));
         assert!(s.may_start_without_evictions(small, 10));
         assert!(!s.may_start_without_evictions(too_big, 10));
         assert!(s.may_start_without_evictions(gang, 10));
@@ -122,7 +115,7 @@ mod tests {
     fn held_later_exclusive_and_drained_jobs_and_hosts() {
         let mut s = SmState::default();
         register(&mut s, "h1", Inventory::cpu_mem(8, 4096));
-        let held = job_id(submit(
+        let held = accepted(submit(
             &mut s,
             "r1",
             JobSpec {
@@ -130,7 +123,7 @@ mod tests {
                 ..cpus(1, 1)
             },
         ));
-        let later = job_id(submit(
+        let later = accepted(submit(
             &mut s,
             "r2",
             JobSpec {
@@ -141,7 +134,7 @@ mod tests {
         assert!(!s.may_start_without_evictions(held, 10));
         assert!(!s.may_start_without_evictions(later, 10));
         assert!(s.may_start_without_evictions(later, 5_000));
-        let whole = job_id(submit(
+        let whole = accepted(submit(
             &mut s,
             "r3",
             JobSpec {

@@ -4,7 +4,7 @@
 
 use berth_scheduler::{Account, JobSpec, Qos};
 
-use super::test_support::{apply, rejected, submit};
+use super::test_support::{accepted, apply, rejected, submit};
 use super::*;
 use crate::command::Command;
 use crate::policy::PolicyChange;
@@ -42,13 +42,6 @@ fn job(user: &str) -> JobSpec {
         command: "true".into(),
         cpus: 1,
         ..JobSpec::default()
-    }
-}
-
-fn accepted(response: Response) -> JobId {
-    match response {
-        Response::Submitted { job_id, .. } => job_id,
-        other => panic!("refused: {other:?}"),
     }
 }
 

@@ -38,6 +38,14 @@ pub(super) fn submit(s: &mut SmState, request_id: &str, spec: JobSpec) -> Respon
     )
 }
 
+/// The id of an accepted submit; panics on anything else.
+pub(super) fn accepted(response: Response) -> JobId {
+    match response {
+        Response::Submitted { job_id, .. } => job_id,
+        other => panic!("expected a submit's answer, got {other:?}"),
+    }
+}
+
 /// The reason of a refusal; panics on anything else.
 pub(super) fn rejected(response: Response) -> String {
     match response {
