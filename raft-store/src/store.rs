@@ -686,8 +686,9 @@ fn may_change_policy(command: &Command) -> bool {
 impl StateMachineStore {
     /// Writes what an apply batch changed, with the state-machine metadata,
     /// as one batch, not fsynced on its own (see the module documentation:
-    /// the log it was applied from is, and the next synced write syncs it). `policy_changed`: the policy tables and usage
-    /// are rewritten too (see [`may_change_policy`]).
+    /// the log it was applied from is, and the next synced write syncs it).
+    /// `policy_changed`: the policy tables and usage are rewritten too (see
+    /// [`may_change_policy`]).
     fn persist(
         &self,
         state: &SmState,
