@@ -20,6 +20,8 @@
 //!   (with the private `reclaim`); [`evict`]: running jobs a plan stops;
 //! - [`pass`]: one scheduling pass over a [`Snapshot`], producing a [`Plan`];
 //! - [`profile`]: a host's free resources over time, for backfill;
+//! - [`HostLayout`]: which hosts are up and their classes, which a caller
+//!   whose hosts do not change keeps between passes;
 //! - [`reason`]: Slurm reason codes with their words;
 //! - [`resv`]: admin reservations (windows on hosts, maintenance);
 //! - [`multipath`]: reservations held on every alternative of a job;
@@ -37,6 +39,7 @@ pub mod fit;
 mod fxhash;
 pub mod gres;
 pub mod idlefill;
+mod layout;
 pub mod limits;
 pub mod model;
 pub mod multipath;
@@ -58,13 +61,14 @@ pub use assoc::{Account, UserRecord};
 pub use evict::{EvictCause, Eviction};
 pub use fit::{fits, Lack};
 pub use idlefill::IdleFill;
+pub use layout::HostLayout;
 pub use model::{
     Allocation, EmulatorInventory, EvictMark, GangMember, Host, HostState, Inventory, Job, JobId,
     JobSpec, JobState, ResourceSet, Resources,
 };
 pub use partition::Partition;
 pub use pass::{
-    need_on, schedule, ArrayTask, GangPlacement, PendingJob, Placement, Plan, Policy,
+    need_on, schedule, schedule_in, ArrayTask, GangPlacement, PendingJob, Placement, Plan, Policy,
     PriorityWeights, Reservation, RunningJob, Shape, Snapshot,
 };
 pub use qos::{Limits, Qos, QosFlags, TresKind, TresLimits};

@@ -22,6 +22,7 @@
 //! Every host a job is placed on has passed [`fits`], the check `apply`
 //! repeats (invariant 3).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,7 @@ use crate::catalog::Catalog;
 use crate::evict::Eviction;
 use crate::fxhash::FxMap;
 use crate::idlefill::{self, IdleFill, LendCtx};
+use crate::layout::HostLayout;
 use crate::limits::{self, Charge, LimitHit, LimitRequest, Tally};
 use crate::model::{Host, JobId, Resources};
 use crate::multipath::{self, MultiPathCounters, MultiPathReservation, PathReservation};
@@ -503,6 +505,28 @@ pub(crate) enum Outcome {
 /// with backfill off, it blocks every job behind it. Jobs held by a limit
 /// wait without blocking anyone.
 pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
+    schedule_with(
+        snapshot,
+        Cow::Owned(HostLayout::new(snapshot)),
+        policy,
+        now_ms,
+    )
+}
+
+/// [`schedule`] with the snapshot's hosts already laid out: `layout` must
+/// be what [`HostLayout::new`] makes of `snapshot` (debug builds check). A
+/// caller whose hosts keep their states and attributes between passes
+/// keeps it between them.
+pub fn schedule_in(snapshot: &Snapshot, layout: &HostLayout, policy: &Policy, now_ms: u64) -> Plan {
+    schedule_with(snapshot, Cow::Borrowed(layout), policy, now_ms)
+}
+
+fn schedule_with<'a>(
+    snapshot: &'a Snapshot,
+    layout: Cow<'a, HostLayout>,
+    policy: &Policy,
+    now_ms: u64,
+) -> Plan {
     let catalog = Catalog::new(snapshot);
     let fairshare = priority::fairshare_factors(snapshot, &catalog);
     let served = priority::served_fractions(snapshot, &catalog);
@@ -513,7 +537,7 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
         order.sort_by_key(|&i| !snapshot.pending[i].room_freed);
     }
     let mut tally = Tally::new(snapshot, &catalog, now_ms);
-    let mut pool = Pool::new(snapshot, now_ms);
+    let mut pool = Pool::with_layout(snapshot, layout, now_ms);
     let windows = resv::Windows::block(&snapshot.reservations, &mut pool, now_ms);
     let mut no_room = NoRoom { seen: Vec::new() };
     let mut array_running: FxMap<JobId, u32> = FxMap::default();

@@ -1,37 +1,19 @@
 //! The hosts a pass can place on: up hosts grouped into classes of equal
 //! static attributes (inventory, GPU model, emulator, features,
-//! partitions), each host's availability profile, and per class an index
+//! partitions; see [`HostLayout`]), each host's availability profile, and
+//! per class an index
 //! of hosts by free room now, so that finding room looks only at hosts of
 //! the right kind with enough free, never at every host per job.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use crate::fit::eligible;
 use crate::fxhash::{same_str, FxMap};
-use crate::model::{EmulatorInventory, Host, HostState, Resources};
+use crate::layout::HostLayout;
+use crate::model::{Host, Resources};
 use crate::pass::{need_on, Shape, Snapshot};
 use crate::profile::{earliest_in, steps_of, Profile};
-
-/// Hosts with the same static attributes.
-struct HostClass {
-    /// Its first host, standing for all (eligibility depends only on what
-    /// the class shares).
-    rep: usize,
-    total: Resources,
-    members: Vec<usize>,
-    /// (free GPUs if the class has GPUs else 0, free CPUs, host): hosts
-    /// in best-fit order, fullest first.
-    free: BTreeSet<(u32, u32, usize)>,
-    has_gpus: bool,
-}
-
-impl HostClass {
-    fn key(&self, free: Resources, host: usize) -> (u32, u32, usize) {
-        let gpus = if self.has_gpus { free.gpus } else { 0 };
-        (gpus, free.cpus, host)
-    }
-}
 
 /// What a static eligibility question is keyed on: the partition and the
 /// shape's kind requirements, borrowed from the snapshot. `fit::eligible`
@@ -100,8 +82,11 @@ pub(crate) struct Pool<'a> {
     /// By host: what is allocated now, this pass's placements included.
     allocated: Vec<Resources>,
     profiles: Profiles,
-    class_of: Vec<usize>,
-    classes: Vec<HostClass>,
+    /// Which hosts are up and their classes (see [`HostLayout`]).
+    layout: Cow<'a, HostLayout>,
+    /// By class: (free GPUs if the class has GPUs else 0, free CPUs, host)
+    /// of its hosts, in best-fit order, fullest first (`HostClass::key`).
+    free: Vec<BTreeSet<(u32, u32, usize)>>,
     /// Kinds of placement asked so far (partition and kind requirements),
     /// by id: the classes statically eligible for each.
     kinds: Vec<Vec<usize>>,
@@ -110,57 +95,6 @@ pub(crate) struct Pool<'a> {
     last_kind: Option<(KindKey<'a>, u32)>,
     /// Host examinations made so far (the pass budget counts them).
     pub host_checks: u64,
-}
-
-/// What makes hosts one class, borrowed from the snapshot: totals, GPU
-/// model, emulator, features and partitions (the last two sorted, copied
-/// only when a host lists them out of order).
-type ClassKey<'a> = (
-    (u32, u64, u32, u32),
-    &'a str,
-    Option<&'a EmulatorInventory>,
-    Cow<'a, [String]>,
-    Cow<'a, [String]>,
-);
-
-fn sorted(names: &[String]) -> Cow<'_, [String]> {
-    if names.is_sorted() {
-        Cow::Borrowed(names)
-    } else {
-        let mut owned = names.to_vec();
-        owned.sort();
-        Cow::Owned(owned)
-    }
-}
-
-/// `a == b`, with the GPU model compared by [`same_str`]: on a site
-/// without GPU models every host's is empty, and a derived compare calls
-/// `memcmp` on each (see `same_str`); that was a quarter of a trace
-/// replay's time, one compare per host per pass.
-fn same_class(a: &ClassKey<'_>, b: &ClassKey<'_>) -> bool {
-    a.0 == b.0 && same_str(a.1, b.1) && a.2 == b.2 && a.3 == b.3 && a.4 == b.4
-}
-
-/// Whether `a` and `b` have the same static attributes listed the same
-/// way: then their [`class_key`]s are equal (the converse does not hold:
-/// features or partitions may be listed in another order).
-fn same_listing(a: &Host, b: &Host) -> bool {
-    a.inventory.resources() == b.inventory.resources()
-        && same_str(&a.inventory.gpu_type, &b.inventory.gpu_type)
-        && a.inventory.emulator == b.inventory.emulator
-        && a.features == b.features
-        && a.partitions == b.partitions
-}
-
-fn class_key(h: &Host) -> ClassKey<'_> {
-    let r = h.inventory.resources();
-    (
-        (r.cpus, r.mem_mb, r.gpus, r.emu),
-        h.inventory.gpu_type.as_str(),
-        h.inventory.emulator.as_ref(),
-        sorted(&h.features),
-        sorted(&h.partitions),
-    )
 }
 
 /// Each up host's availability profile, built the first time a pass asks
@@ -289,6 +223,19 @@ impl Profiles {
         self.get(i).holds(need, at_ms, duration_ms)
     }
 
+    /// [`Profile::holds`] of host `i`. A host whose profile this pass has
+    /// not changed has, from now on, its free room now or more (see
+    /// `changed`): it holds `need` from now for any time exactly when it
+    /// has it free now, and its profile is not built to say so.
+    fn holds(&mut self, i: usize, need: Resources, from_ms: u64, duration_ms: Option<u64>) -> bool {
+        if !self.changed[i] && from_ms == self.now_ms {
+            let holds = need.within(self.free_now[i]);
+            debug_assert_eq!(holds, self.get(i).holds(need, from_ms, duration_ms));
+            return holds;
+        }
+        self.get(i).holds(need, from_ms, duration_ms)
+    }
+
     fn get(&mut self, i: usize) -> &mut Profile {
         let (now_ms, free_now) = (self.now_ms, self.free_now[i]);
         let releases = &self.releases[self.offsets[i]..self.offsets[i + 1]];
@@ -297,86 +244,48 @@ impl Profiles {
 }
 
 impl<'a> Pool<'a> {
+    /// A pool that builds its own [`HostLayout`].
+    #[cfg(test)]
     pub fn new(snapshot: &'a Snapshot, now_ms: u64) -> Pool<'a> {
-        let mut hosts: Vec<&'a Host> = snapshot
-            .hosts
-            .iter()
-            .filter(|h| h.state == HostState::Up)
-            .collect();
-        // Callers mostly keep hosts in name order already; checking is one
-        // comparison per host, sorting costs more even on sorted input.
-        if !hosts.is_sorted_by(|a, b| a.name <= b.name) {
-            hosts.sort_by(|a, b| a.name.cmp(&b.name));
-        }
+        Pool::with_layout(snapshot, Cow::Owned(HostLayout::new(snapshot)), now_ms)
+    }
+
+    /// The pool of `snapshot`'s hosts laid out as `layout`, which must be
+    /// what [`HostLayout::new`] makes of `snapshot` (debug builds check).
+    pub fn with_layout(
+        snapshot: &'a Snapshot,
+        layout: Cow<'a, HostLayout>,
+        now_ms: u64,
+    ) -> Pool<'a> {
+        debug_assert!(
+            *layout == HostLayout::new(snapshot),
+            "the layout given is not the snapshot's"
+        );
+        let hosts: Vec<&'a Host> = layout.up.iter().map(|&s| &snapshot.hosts[s]).collect();
         let allocated: Vec<Resources> = hosts.iter().map(|h| h.allocated).collect();
         let profiles = Profiles::new(snapshot, &hosts, now_ms);
-        // Classes in a stable order: smaller hosts first, so that a job
-        // that fits on either kind takes the smaller one. Hosts of a kind
-        // mostly sit together, so runs of equal keys go into the map at
-        // once.
-        let mut by_key: BTreeMap<ClassKey<'a>, Vec<usize>> = BTreeMap::new();
-        let mut run: Option<(ClassKey<'a>, Vec<usize>)> = None;
-        // Whether the last host continued its run: then the next one is
-        // first compared with the run's first as listed, which spares
-        // making its key in a long run of one kind; where kinds alternate,
-        // that compare mostly fails and is skipped.
-        let mut in_run = false;
-        for (i, h) in hosts.iter().enumerate() {
-            if let (true, Some((_, members))) = (in_run, &mut run) {
-                if same_listing(hosts[members[0]], h) {
-                    members.push(i);
-                    continue;
-                }
-            }
-            let key = class_key(h);
-            match &mut run {
-                Some((k, members)) if same_class(k, &key) => {
-                    members.push(i);
-                    in_run = true;
-                }
-                _ => {
-                    if let Some((k, members)) = run.replace((key, vec![i])) {
-                        by_key.entry(k).or_default().extend(members);
-                    }
-                    in_run = false;
-                }
-            }
-        }
-        if let Some((k, members)) = run {
-            by_key.entry(k).or_default().extend(members);
-        }
-        let mut class_of = vec![0; hosts.len()];
-        let mut classes = Vec::with_capacity(by_key.len());
-        for (c, members) in by_key.into_values().enumerate() {
-            let rep = members[0];
-            let total = hosts[rep].inventory.resources();
-            let mut class = HostClass {
-                rep,
-                total,
-                members: Vec::new(),
-                free: BTreeSet::new(),
-                has_gpus: total.gpus > 0,
-            };
-            // Sorted first (unstable: the keys are distinct), then built in
-            // bulk: the set's own collect sorts stably, which costs more.
-            let mut keys: Vec<(u32, u32, usize)> = members
-                .iter()
-                .map(|&i| {
-                    class_of[i] = c;
-                    class.key(hosts[i].free(), i)
-                })
-                .collect();
-            keys.sort_unstable();
-            class.free = keys.into_iter().collect();
-            class.members = members;
-            classes.push(class);
-        }
+        let free = layout
+            .classes
+            .iter()
+            .map(|class| {
+                // Sorted first (unstable: the keys are distinct), then built
+                // in bulk: the set's own collect sorts stably, which costs
+                // more.
+                let mut keys: Vec<(u32, u32, usize)> = class
+                    .members
+                    .iter()
+                    .map(|&i| class.key(hosts[i].free(), i))
+                    .collect();
+                keys.sort_unstable();
+                keys.into_iter().collect()
+            })
+            .collect();
         Pool {
             hosts,
             allocated,
             profiles,
-            class_of,
-            classes,
+            layout,
+            free,
             kinds: Vec::new(),
             kind_ids: FxMap::default(),
             last_kind: None,
@@ -397,9 +306,9 @@ impl<'a> Pool<'a> {
         let id = match self.kind_ids.get(&KindMapKey(key)) {
             Some(&id) => id,
             None => {
-                let found: Vec<usize> = (0..self.classes.len())
+                let found: Vec<usize> = (0..self.layout.classes.len())
                     .filter(|&c| {
-                        eligible(self.hosts[self.classes[c].rep], shape, partition).is_ok()
+                        eligible(self.hosts[self.layout.classes[c].rep], shape, partition).is_ok()
                     })
                     .collect();
                 let id = u32::try_from(self.kinds.len()).unwrap_or(u32::MAX);
@@ -418,13 +327,16 @@ impl<'a> Pool<'a> {
         self.kinds[kind as usize]
             .iter()
             .copied()
-            .filter(|&c| shape.per_host.within(self.classes[c].total))
+            .filter(|&c| shape.per_host.within(self.layout.classes[c].total))
             .collect()
     }
 
     /// How many up hosts of `classes` there are.
     pub fn hosts_in(&self, classes: &[usize]) -> usize {
-        classes.iter().map(|&c| self.classes[c].members.len()).sum()
+        classes
+            .iter()
+            .map(|&c| self.layout.classes[c].members.len())
+            .sum()
     }
 
     /// Hosts of `classes` that can take `shape` now and keep it for
@@ -443,7 +355,7 @@ impl<'a> Pool<'a> {
         let wanted = shape.hosts_needed();
         let mut chosen = Vec::with_capacity(wanted);
         for &c in classes {
-            let class = &self.classes[c];
+            let class = &self.layout.classes[c];
             let need = if shape.exclusive {
                 class.total
             } else {
@@ -454,7 +366,7 @@ impl<'a> Pool<'a> {
             } else {
                 (0, need.cpus, 0)
             };
-            for &(_, cpus_free, i) in class.free.range(from..) {
+            for &(_, cpus_free, i) in self.free[c].range(from..) {
                 self.host_checks += 1;
                 if cpus_free < need.cpus {
                     continue;
@@ -472,7 +384,7 @@ impl<'a> Pool<'a> {
                 if !need.within(free_now) {
                     continue;
                 }
-                if !self.profiles.get(i).holds(need, now_ms, duration_ms) {
+                if !self.profiles.holds(i, need, now_ms, duration_ms) {
                     continue;
                 }
                 chosen.push(i);
@@ -503,7 +415,7 @@ impl<'a> Pool<'a> {
         // this function; each host's need is looked up again when tried.
         let mut starts: Vec<(u64, usize)> = Vec::with_capacity(self.hosts_in(classes));
         for &c in classes {
-            for &i in &self.classes[c].members {
+            for &i in &self.layout.classes[c].members {
                 let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
                     continue;
                 };
@@ -578,18 +490,12 @@ impl<'a> Pool<'a> {
             if n == 0 {
                 first_need = need;
             }
-            let class = &mut self.classes[self.class_of[i]];
-            let profile = self.profiles.change(i);
-            let before = class.key(profile.free_now(), i);
-            profile.take(need, from_ms, until_ms);
-            if from_ms <= now_ms {
-                self.allocated[i] = self.allocated[i].saturating_add(need);
-            }
-            let after = class.key(profile.free_now(), i);
-            if before != after {
-                class.free.remove(&before);
-                class.free.insert(after);
-            }
+            self.adjust(i, |profile, allocated| {
+                profile.take(need, from_ms, until_ms);
+                if from_ms <= now_ms {
+                    *allocated = allocated.saturating_add(need);
+                }
+            });
         }
         first_need
     }
@@ -598,7 +504,7 @@ impl<'a> Pool<'a> {
     pub fn members_of(&self, classes: &[usize]) -> Vec<usize> {
         let mut out: Vec<usize> = classes
             .iter()
-            .flat_map(|&c| self.classes[c].members.iter().copied())
+            .flat_map(|&c| self.layout.classes[c].members.iter().copied())
             .collect();
         out.sort_unstable();
         out
@@ -654,14 +560,15 @@ impl<'a> Pool<'a> {
     /// Changes host `i`'s profile and allocation, keeping its class's
     /// free-room index in step.
     fn adjust(&mut self, i: usize, change: impl FnOnce(&mut Profile, &mut Resources)) {
-        let class = &mut self.classes[self.class_of[i]];
+        let c = self.layout.class_of[i];
+        let class = &self.layout.classes[c];
         let profile = self.profiles.change(i);
         let before = class.key(profile.free_now(), i);
         change(profile, &mut self.allocated[i]);
         let after = class.key(profile.free_now(), i);
         if before != after {
-            class.free.remove(&before);
-            class.free.insert(after);
+            self.free[c].remove(&before);
+            self.free[c].insert(after);
         }
     }
 
@@ -691,7 +598,7 @@ impl<'a> Pool<'a> {
     pub fn members<'s>(&'s self, classes: &'s [usize]) -> impl Iterator<Item = usize> + 's {
         classes
             .iter()
-            .flat_map(move |&c| self.classes[c].members.iter().copied())
+            .flat_map(move |&c| self.layout.classes[c].members.iter().copied())
     }
 
     /// Takes all of host `i` out of its profile over `[from_ms, until_ms)`
@@ -699,15 +606,7 @@ impl<'a> Pool<'a> {
     /// jobs outside it may not overlap.
     pub fn block(&mut self, i: usize, from_ms: u64, until_ms: u64) {
         let total = self.hosts[i].inventory.resources();
-        let class = &mut self.classes[self.class_of[i]];
-        let profile = self.profiles.change(i);
-        let before = class.key(profile.free_now(), i);
-        profile.take(total, from_ms, Some(until_ms));
-        let after = class.key(profile.free_now(), i);
-        if before != after {
-            class.free.remove(&before);
-            class.free.insert(after);
-        }
+        self.adjust(i, |profile, _| profile.take(total, from_ms, Some(until_ms)));
     }
 
     pub fn names(&self, hosts: &[usize]) -> Vec<String> {
@@ -725,24 +624,6 @@ mod tests {
         let mut h = Host::new(name, Inventory::cpu_mem(4, 0));
         h.features = features.iter().map(|f| f.to_string()).collect();
         h
-    }
-
-    #[test]
-    fn hosts_listing_features_in_another_order_share_a_class() {
-        let snapshot = Snapshot {
-            hosts: vec![
-                host("n1", &["a", "b"]),
-                host("n2", &["b", "a"]),
-                host("n3", &["a", "b"]),
-                host("n4", &["c"]),
-                host("n5", &["b", "a"]),
-            ],
-            ..Snapshot::default()
-        };
-        let pool = Pool::new(&snapshot, 0);
-        assert_eq!(pool.classes.len(), 2);
-        assert_eq!(pool.class_of, vec![0, 0, 0, 1, 0]);
-        assert_eq!(pool.classes[0].members, vec![0, 1, 2, 4]);
     }
 
     #[test]

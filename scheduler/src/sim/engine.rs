@@ -18,9 +18,10 @@ use crate::assoc::UserRecord;
 use crate::catalog::Catalog;
 use crate::deps::{self, DependencySpec};
 use crate::fit::fits;
+use crate::layout::HostLayout;
 use crate::limits::{self, SubmitCounts};
 use crate::model::{Host, HostState, JobId, JobState, Resources};
-use crate::pass::{schedule, ArrayTask, PendingJob, Policy, RunningJob, Snapshot};
+use crate::pass::{schedule_in, ArrayTask, PendingJob, Policy, RunningJob, Snapshot};
 use crate::preempt::{exempt_s, PreemptCounters};
 use crate::qos::{Qos, TresAmounts, TresKind};
 use crate::reason::Reason;
@@ -335,6 +336,9 @@ struct Engine<'a> {
     /// submit limits judge the array whole (each task a job, as Slurm
     /// counts them), so its later tasks are refused the same way.
     array_refusals: HashMap<usize, String>,
+    /// `world`'s hosts laid out for the pass, kept while no host goes
+    /// down or up (nothing else changes their states or attributes).
+    layout: Option<HostLayout>,
 }
 
 mod evict;
@@ -595,7 +599,10 @@ impl Engine<'_> {
     fn pass_round(&mut self, t_s: u64, last: bool) -> Result<bool, SimError> {
         let now_ms = t_s.saturating_mul(1000);
         self.refresh_pending();
-        let plan = schedule(&self.world, &self.input.policy, now_ms);
+        let layout = self
+            .layout
+            .get_or_insert_with(|| HostLayout::new(&self.world));
+        let plan = schedule_in(&self.world, layout, &self.input.policy, now_ms);
         // Starts are applied, and reported, in queue order, whether single
         // hosts or gangs.
         let mut placed: BTreeMap<JobId, (Vec<&str>, Resources, &str, usize)> = BTreeMap::new();
@@ -939,6 +946,7 @@ impl Engine<'_> {
                 for &h in &down {
                     self.world.hosts[h].state = HostState::Down;
                 }
+                self.layout = None;
                 let victims: Vec<usize> = self
                     .running
                     .iter()
@@ -955,6 +963,7 @@ impl Engine<'_> {
                         self.world.hosts[h].state = HostState::Up;
                     }
                 }
+                self.layout = None;
             }
             SimAction::ModifyQos(qos) => {
                 match self.world.qos.iter_mut().find(|q| q.name == qos.name) {
@@ -1155,6 +1164,7 @@ pub fn simulate_with(
         exempt_ends: BinaryHeap::new(),
         multipath: multipath_log::Held::default(),
         array_refusals: HashMap::new(),
+        layout: None,
     };
     let mut submits: Vec<usize> = (0..input.jobs.len()).collect();
     submits.sort_by_key(|&i| (input.jobs[i].submit_s, i));

@@ -1,0 +1,224 @@
+//! The static part of a pass's host pool: which hosts are up, in name
+//! order, and how they group into classes of equal static attributes
+//! (inventory, GPU model, emulator, features, partitions).
+//!
+//! It depends only on the hosts' states and static attributes, never on
+//! what is allocated, so a caller whose hosts stay the same from one pass
+//! to the next (the simulator, between host events) builds it once and
+//! hands it to [`crate::pass::schedule_in`]; [`crate::pass::schedule`]
+//! builds it every pass. Building it was a quarter of a trace replay.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use crate::fxhash::same_str;
+use crate::model::{EmulatorInventory, Host, HostState, Resources};
+use crate::pass::Snapshot;
+
+/// Up hosts in name order, grouped into classes. Pool index `i` (what the
+/// pool calls host `i`) is snapshot host `up[i]`.
+///
+/// Invariant: equal to `HostLayout::new` of the snapshot it is used with;
+/// debug builds check it at every pass (`Pool::with_layout`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLayout {
+    pub(crate) up: Vec<usize>,
+    /// Classes in a stable order: smaller hosts first, so that a job that
+    /// fits on either kind takes the smaller one.
+    pub(crate) classes: Vec<HostClass>,
+    /// By pool index: its class.
+    pub(crate) class_of: Vec<usize>,
+}
+
+/// Hosts with the same static attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HostClass {
+    /// Its first host (pool index), standing for all: eligibility depends
+    /// only on what the class shares.
+    pub rep: usize,
+    pub total: Resources,
+    /// Pool indexes, ascending.
+    pub members: Vec<usize>,
+    pub has_gpus: bool,
+}
+
+impl HostClass {
+    /// A host's key in its class's free-room index: (free GPUs if the
+    /// class has GPUs else 0, free CPUs, host), so that the index lists
+    /// hosts in best-fit order, fullest first.
+    pub fn key(&self, free: Resources, host: usize) -> (u32, u32, usize) {
+        let gpus = if self.has_gpus { free.gpus } else { 0 };
+        (gpus, free.cpus, host)
+    }
+}
+
+/// What makes hosts one class, borrowed from the snapshot: totals, GPU
+/// model, emulator, features and partitions (the last two sorted, copied
+/// only when a host lists them out of order).
+type ClassKey<'a> = (
+    (u32, u64, u32, u32),
+    &'a str,
+    Option<&'a EmulatorInventory>,
+    Cow<'a, [String]>,
+    Cow<'a, [String]>,
+);
+
+fn sorted(names: &[String]) -> Cow<'_, [String]> {
+    if names.is_sorted() {
+        Cow::Borrowed(names)
+    } else {
+        let mut owned = names.to_vec();
+        owned.sort();
+        Cow::Owned(owned)
+    }
+}
+
+/// `a == b`, with the GPU model compared by [`same_str`]: on a site
+/// without GPU models every host's is empty, and a derived compare calls
+/// `memcmp` on each (see `same_str`); that was a quarter of a trace
+/// replay's time, one compare per host per pass.
+fn same_class(a: &ClassKey<'_>, b: &ClassKey<'_>) -> bool {
+    a.0 == b.0 && same_str(a.1, b.1) && a.2 == b.2 && a.3 == b.3 && a.4 == b.4
+}
+
+/// Whether `a` and `b` have the same static attributes listed the same
+/// way: then their [`class_key`]s are equal (the converse does not hold:
+/// features or partitions may be listed in another order).
+fn same_listing(a: &Host, b: &Host) -> bool {
+    a.inventory.resources() == b.inventory.resources()
+        && same_str(&a.inventory.gpu_type, &b.inventory.gpu_type)
+        && a.inventory.emulator == b.inventory.emulator
+        && a.features == b.features
+        && a.partitions == b.partitions
+}
+
+fn class_key(h: &Host) -> ClassKey<'_> {
+    let r = h.inventory.resources();
+    (
+        (r.cpus, r.mem_mb, r.gpus, r.emu),
+        h.inventory.gpu_type.as_str(),
+        h.inventory.emulator.as_ref(),
+        sorted(&h.features),
+        sorted(&h.partitions),
+    )
+}
+
+impl HostLayout {
+    pub fn new(snapshot: &Snapshot) -> HostLayout {
+        let mut up: Vec<usize> = (0..snapshot.hosts.len())
+            .filter(|&s| snapshot.hosts[s].state == HostState::Up)
+            .collect();
+        let name = |s: usize| snapshot.hosts[s].name.as_str();
+        // Callers mostly keep hosts in name order already; checking is one
+        // comparison per host, sorting costs more even on sorted input.
+        if !up.is_sorted_by(|&a, &b| name(a) <= name(b)) {
+            up.sort_by(|&a, &b| name(a).cmp(name(b)));
+        }
+        let hosts: Vec<&Host> = up.iter().map(|&s| &snapshot.hosts[s]).collect();
+        // Hosts of a kind mostly sit together, so runs of equal keys go
+        // into the map at once.
+        let mut by_key: BTreeMap<ClassKey<'_>, Vec<usize>> = BTreeMap::new();
+        let mut run: Option<(ClassKey<'_>, Vec<usize>)> = None;
+        // Whether the last host continued its run: then the next one is
+        // first compared with the run's first as listed, which spares
+        // making its key in a long run of one kind; where kinds alternate,
+        // that compare mostly fails and is skipped.
+        let mut in_run = false;
+        for (i, h) in hosts.iter().enumerate() {
+            if let (true, Some((_, members))) = (in_run, &mut run) {
+                if same_listing(hosts[members[0]], h) {
+                    members.push(i);
+                    continue;
+                }
+            }
+            let key = class_key(h);
+            match &mut run {
+                Some((k, members)) if same_class(k, &key) => {
+                    members.push(i);
+                    in_run = true;
+                }
+                _ => {
+                    if let Some((k, members)) = run.replace((key, vec![i])) {
+                        by_key.entry(k).or_default().extend(members);
+                    }
+                    in_run = false;
+                }
+            }
+        }
+        if let Some((k, members)) = run {
+            by_key.entry(k).or_default().extend(members);
+        }
+        let mut class_of = vec![0; hosts.len()];
+        let mut classes = Vec::with_capacity(by_key.len());
+        for (c, members) in by_key.into_values().enumerate() {
+            // Runs join their class in the order met: ascending.
+            debug_assert!(members.is_sorted());
+            for &i in &members {
+                class_of[i] = c;
+            }
+            let rep = members[0];
+            let total = hosts[rep].inventory.resources();
+            classes.push(HostClass {
+                rep,
+                total,
+                members,
+                has_gpus: total.gpus > 0,
+            });
+        }
+        HostLayout {
+            up,
+            classes,
+            class_of,
+        }
+    }
+
+    /// How many hosts are up.
+    pub fn up_hosts(&self) -> usize {
+        self.up.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Inventory;
+
+    fn host(name: &str, features: &[&str]) -> Host {
+        let mut h = Host::new(name, Inventory::cpu_mem(4, 0));
+        h.features = features.iter().map(|f| f.to_string()).collect();
+        h
+    }
+
+    #[test]
+    fn hosts_listing_features_in_another_order_share_a_class() {
+        let snapshot = Snapshot {
+            hosts: vec![
+                host("n1", &["a", "b"]),
+                host("n2", &["b", "a"]),
+                host("n3", &["a", "b"]),
+                host("n4", &["c"]),
+                host("n5", &["b", "a"]),
+            ],
+            ..Snapshot::default()
+        };
+        let layout = HostLayout::new(&snapshot);
+        assert_eq!(layout.classes.len(), 2);
+        assert_eq!(layout.class_of, vec![0, 0, 0, 1, 0]);
+        assert_eq!(layout.classes[0].members, vec![0, 1, 2, 4]);
+    }
+
+    #[test]
+    fn only_up_hosts_in_name_order() {
+        let mut down = host("a0", &[]);
+        down.state = HostState::Down;
+        let snapshot = Snapshot {
+            hosts: vec![host("n2", &[]), down, host("n1", &["x"])],
+            ..Snapshot::default()
+        };
+        let layout = HostLayout::new(&snapshot);
+        assert_eq!(layout.up, vec![2, 0]);
+        assert_eq!(layout.up_hosts(), 2);
+        // n1 lists a feature, n2 none: two classes, ordered by their keys.
+        assert_eq!(layout.class_of, vec![1, 0]);
+    }
+}
