@@ -279,11 +279,13 @@ pub struct MultipathHeld {
 /// longer pending, so the map stays bounded by the queue.
 fn carry_multipath_since(
     since: &mut BTreeMap<JobId, MultipathHeld>,
-    pending: &mut [berth_scheduler::PendingJob],
+    pending: &mut [Arc<berth_scheduler::PendingJob>],
 ) {
     let mut kept = BTreeMap::new();
     for job in pending.iter_mut() {
         if let Some(held) = since.remove(&job.id) {
+            // Copies the view of only the few jobs that hold reservations.
+            let job = Arc::make_mut(job);
             job.multipath_since_ms = Some(held.since_ms);
             job.multipath_held = held.paths.clone();
             kept.insert(job.id, held);
@@ -329,8 +331,8 @@ async fn run_pass(node: &Node, policy: &Policy, first_of_term: bool) {
         metrics::gauge!(crate::metrics::LEADER_FIRST_PASS_TIMESTAMP_SECONDS)
             .set(pass_ms as f64 / 1000.0);
     }
-    // The snapshot copies every pending job; free it before the plan is
-    // proposed rather than after the commit.
+    // The snapshot holds every pending job's view; let go of it before the
+    // plan is proposed rather than after the commit.
     let mut plan = {
         let mut since = node
             .multipath_since
@@ -502,7 +504,7 @@ mod tests {
         note_multipath_since(&mut since, &plan, 1_000);
         // A later pass keeps the first time.
         note_multipath_since(&mut since, &plan, 5_000);
-        let mut pending = vec![
+        let mut pending = PendingJob::queue([
             PendingJob {
                 id: 1,
                 ..PendingJob::default()
@@ -511,7 +513,7 @@ mod tests {
                 id: 2,
                 ..PendingJob::default()
             },
-        ];
+        ]);
         carry_multipath_since(&mut since, &mut pending);
         assert_eq!(pending[0].multipath_since_ms, Some(1_000));
         assert_eq!(pending[0].multipath_held, [0]);

@@ -108,6 +108,8 @@ pub(crate) fn record(job: &PendingJob, mut rooms: Vec<PathReservation>, plan: &m
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::model::Resources;
     use crate::pass::{schedule, Shape, Snapshot};
@@ -151,12 +153,12 @@ mod tests {
         Snapshot {
             hosts,
             running,
-            pending: vec![PendingJob {
+            pending: PendingJob::queue([PendingJob {
                 id: 1,
                 alternatives: vec![alt("g0"), alt("g1"), alt("g2")],
                 time_limit_s: 1000,
                 ..PendingJob::default()
-            }],
+            }]),
             partitions: vec![Partition {
                 name: "emu".into(),
                 default: true,
@@ -194,7 +196,7 @@ mod tests {
         assert!(plan.multipath.is_empty());
         assert_eq!(plan.reservations.len(), 1);
         let mut snap = farm(true);
-        snap.pending[0].multipath_since_ms = Some(0);
+        Arc::make_mut(&mut snap.pending[0]).multipath_since_ms = Some(0);
         let policy = Policy {
             max_reserve_time_s: 60,
             ..Policy::default()

@@ -24,6 +24,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -88,6 +89,13 @@ impl Shape {
 pub struct ArrayTask {
     pub array_id: JobId,
     pub max_running: u32,
+}
+
+impl PendingJob {
+    /// `jobs` shared, as a [`Snapshot`] holds them.
+    pub fn queue(jobs: impl IntoIterator<Item = PendingJob>) -> Vec<Arc<PendingJob>> {
+        jobs.into_iter().map(Arc::new).collect()
+    }
 }
 
 /// A pending job as the pass sees it.
@@ -223,7 +231,10 @@ pub struct RunningJob {
 #[serde(default)]
 pub struct Snapshot {
     pub hosts: Vec<Host>,
-    pub pending: Vec<PendingJob>,
+    /// Shared, so that a caller keeping its pending jobs' views between
+    /// passes hands them over without copying them (a deep queue's copy
+    /// was most of the leader's pass).
+    pub pending: Vec<Arc<PendingJob>>,
     pub running: Vec<RunningJob>,
     pub partitions: Vec<Partition>,
     pub qos: Vec<Qos>,
@@ -1233,7 +1244,7 @@ mod tests {
     fn places_in_fifo_order_first_fit() {
         let snap = Snapshot {
             hosts: vec![host("b", 4), host("a", 2)],
-            pending: vec![job(1, 2), job(2, 4), job(3, 1)],
+            pending: PendingJob::queue([job(1, 2), job(2, 4), job(3, 1)]),
             ..Snapshot::default()
         };
         let plan = schedule(&snap, &Policy::default(), 0);
@@ -1250,7 +1261,7 @@ mod tests {
     fn blocked_job_holds_back_the_queue() {
         let snap = Snapshot {
             hosts: vec![host("a", 2)],
-            pending: vec![job(1, 2), job(2, 2), job(3, 1)],
+            pending: PendingJob::queue([job(1, 2), job(2, 2), job(3, 1)]),
             ..Snapshot::default()
         };
         let plan = schedule(&snap, &Policy::default(), 0);
@@ -1263,7 +1274,7 @@ mod tests {
     fn impossible_job_does_not_block() {
         let snap = Snapshot {
             hosts: vec![host("a", 2)],
-            pending: vec![job(1, 64), job(2, 1), job(3, 1)],
+            pending: PendingJob::queue([job(1, 64), job(2, 1), job(3, 1)]),
             ..Snapshot::default()
         };
         let plan = schedule(&snap, &Policy::default(), 0);
@@ -1277,7 +1288,7 @@ mod tests {
         held.held = true;
         let snap = Snapshot {
             hosts: vec![host("a", 8)],
-            pending: vec![held, job(2, 1), job(3, 1)],
+            pending: PendingJob::queue([held, job(2, 1), job(3, 1)]),
             ..Snapshot::default()
         };
         let policy = Policy {
@@ -1296,7 +1307,7 @@ mod tests {
         down.state = HostState::Down;
         let snap = Snapshot {
             hosts: vec![down],
-            pending: vec![job(1, 1)],
+            pending: PendingJob::queue([job(1, 1)]),
             ..Snapshot::default()
         };
         let plan = schedule(&snap, &Policy::default(), 0);
@@ -1333,12 +1344,12 @@ mod tests {
         a.allocated.cpus = 4;
         Snapshot {
             hosts: vec![a, host("b", 4)],
-            pending: vec![
+            pending: PendingJob::queue([
                 gang(1, 2, 4, 100),
                 gang(2, 1, 4, 200),
                 job(3, 4),
                 gang(4, 1, 4, 50),
-            ],
+            ]),
             running: vec![running(9, "a", 4, Some(100_000))],
             ..Snapshot::default()
         }
@@ -1386,7 +1397,7 @@ mod tests {
         exclusive.shape.exclusive = true;
         let snap = Snapshot {
             hosts: vec![host("a", 4), host("b", 4), busy],
-            pending: vec![exclusive, job(2, 3)],
+            pending: PendingJob::queue([exclusive, job(2, 3)]),
             ..Snapshot::default()
         };
         let plan = schedule(&snap, &Policy::default(), 0);

@@ -24,6 +24,7 @@
 //! job unless `multi_victim`; at most `max_evictions_per_tick` per pass.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -304,13 +305,13 @@ impl<'a> Preemptor<'a> {
         // A running job's priority is what it had when it started: its age
         // stops growing (Slurm freezes it), so the longer a job has run the
         // more work it would lose, never the less preemptible it becomes.
-        let as_pending: Vec<PendingJob> = self
+        let as_pending: Vec<Arc<PendingJob>> = self
             .snapshot
             .running
             .iter()
             .map(|r| {
                 let waited_ms = r.start_ms.saturating_sub(r.submit_ms);
-                PendingJob {
+                Arc::new(PendingJob {
                     id: r.id,
                     user: r.user.clone(),
                     account: r.account.clone(),
@@ -328,7 +329,7 @@ impl<'a> Preemptor<'a> {
                         ..Shape::default()
                     },
                     ..PendingJob::default()
-                }
+                })
             })
             .collect();
         // Only what `priorities` reads: the host count and the accounts.
@@ -748,7 +749,7 @@ mod tests {
         high.submit_ms = 90_000;
         let snapshot = Snapshot {
             hosts: vec![host],
-            pending: vec![high],
+            pending: PendingJob::queue([high]),
             running: vec![victim],
             ..Snapshot::default()
         };

@@ -13,6 +13,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -606,7 +607,7 @@ fn total_order_bits(value: f64) -> u64 {
 /// an account not in it counts as served 0), then submit time, then job id.
 /// `breakdowns` is [`priorities`]' answer for the same `pending`.
 pub fn queue_order(
-    pending: &[PendingJob],
+    pending: &[Arc<PendingJob>],
     breakdowns: &[PriorityBreakdown],
     served: &BTreeMap<String, f64>,
     catalog: &Catalog,
@@ -945,7 +946,7 @@ mod tests {
         j1.nice = 3;
         let mut j2 = job(2, "bob", "b", 0);
         j2.qos = "high".into();
-        s.pending = vec![j1, j2];
+        s.pending = PendingJob::queue([j1, j2]);
         let w = PriorityWeights {
             age: 168,
             fairshare: 1000,
@@ -1005,12 +1006,12 @@ mod tests {
         let mut s = site();
         let mut late = job(3, "alice", "a", 0);
         late.begin_ms = 10 * HOUR_MS;
-        s.pending = vec![
+        s.pending = PendingJob::queue([
             job(1, "alice", "a", 0),
             job(2, "alice", "a", HOUR_MS),
             late,
             job(4, "alice", "a", 20 * 24 * HOUR_MS),
-        ];
+        ]);
         let w = PriorityWeights::default();
         let ages =
             |now_ms| -> Vec<i64> { breakdowns(&s, &w, now_ms).iter().map(|b| b.age).collect() };
@@ -1029,7 +1030,7 @@ mod tests {
         let mut s = site();
         let mut later = job(2, "alice", "a", 0);
         later.begin_ms = 50;
-        s.pending = vec![job(1, "alice", "a", 0), later];
+        s.pending = PendingJob::queue([job(1, "alice", "a", 0), later]);
         let w = PriorityWeights {
             age: 7,
             max_age_s: 0,
@@ -1045,7 +1046,7 @@ mod tests {
         let mut fixed = job(1, "bob", "b", 0);
         fixed.admin_priority = 5000;
         fixed.nice = 10;
-        s.pending = vec![fixed, job(2, "bob", "b", 0)];
+        s.pending = PendingJob::queue([fixed, job(2, "bob", "b", 0)]);
         let got = breakdowns(&s, &weights(), 0);
         assert_eq!(got[0], PriorityBreakdown::fixed_at(1, 5000));
         assert_eq!(
@@ -1066,7 +1067,7 @@ mod tests {
         nice.nice = 10;
         let mut mean = job(2, "bob", "b", 0);
         mean.nice = -4;
-        s.pending = vec![nice, mean];
+        s.pending = PendingJob::queue([nice, mean]);
         let got = breakdowns(&s, &weights(), 0);
         assert_eq!((got[0].nice, got[0].total), (-10, 0));
         assert_eq!((got[1].nice, got[1].total), (4, 14));
@@ -1075,7 +1076,7 @@ mod tests {
     #[test]
     fn unresolved_account_gets_no_account_priority_and_full_fairshare() {
         let mut s = site();
-        s.pending = vec![job(1, "mallory", "", 0), job(2, "alice", "nosuch", 0)];
+        s.pending = PendingJob::queue([job(1, "mallory", "", 0), job(2, "alice", "nosuch", 0)]);
         let w = PriorityWeights {
             fairshare: 100,
             qos: 100,
@@ -1096,7 +1097,7 @@ mod tests {
         j.partitions = vec!["gone".into(), "p1".into()];
         let mut none = job(2, "alice", "a", 0);
         none.partitions = vec!["gone".into()];
-        s.pending = vec![j, none];
+        s.pending = PendingJob::queue([j, none]);
         let w = PriorityWeights {
             partition: 400,
             ..weights()
@@ -1110,7 +1111,7 @@ mod tests {
         let mut s = site();
         let mut big = job(1, "alice", "a", 0);
         big.shape.nodes = 9;
-        s.pending = vec![big, job(2, "alice", "a", 0)];
+        s.pending = PendingJob::queue([big, job(2, "alice", "a", 0)]);
         let w = PriorityWeights {
             job_size: 10,
             ..weights()
@@ -1129,7 +1130,7 @@ mod tests {
             a.priority = -3;
         }
         s.users.clear();
-        s.pending = vec![job(1, "alice", "a", 0)];
+        s.pending = PendingJob::queue([job(1, "alice", "a", 0)]);
         let w = PriorityWeights {
             assoc: 100,
             ..weights()
@@ -1225,7 +1226,7 @@ mod tests {
             priority: 0,
             default_account: "y".into(),
         }];
-        s.pending = vec![
+        s.pending = PendingJob::queue([
             // 0: low priority, earliest.
             job(10, "u", "x", 0),
             // 1: high priority.
@@ -1237,7 +1238,7 @@ mod tests {
             job(15, "u", "nosuch", 3),
             job(9, "u", "y", 3),
             job(16, "u", "y", 2),
-        ];
+        ]);
         let b = with_totals(&s, &[1, 9, 5, 5, 5, 5, 5, 5]);
         let catalog = Catalog::new(&s);
         let served = served_fractions(&s, &catalog);
@@ -1278,7 +1279,7 @@ mod tests {
                 } else {
                     ("bob", "b")
                 };
-                job(i, user, acct, i * 1000)
+                Arc::new(job(i, user, acct, i * 1000))
             })
             .collect();
         let w = PriorityWeights {

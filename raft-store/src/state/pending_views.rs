@@ -23,8 +23,9 @@ const FORGET_ONE_BY_ONE_MAX: usize = 4_096;
 /// One pending job's kept view.
 #[derive(Debug, PartialEq)]
 pub(super) struct PendingView {
-    /// Without `dependency` and `room_freed`, which the snapshot sets.
-    pub job: PendingJob,
+    /// Without `dependency` and `room_freed`, which the snapshot sets;
+    /// shared with the snapshots of the passes that see it unchanged.
+    pub job: Arc<PendingJob>,
     /// It names dependencies, so the snapshot must judge them.
     pub has_dependency: bool,
     /// One of them is `singleton`.
@@ -49,14 +50,14 @@ pub(super) struct PendingViews {
 pub(super) fn view_of(r: &JobRecord) -> PendingView {
     let spec = &r.job.spec;
     PendingView {
-        job: PendingJob {
+        job: Arc::new(PendingJob {
             id: r.job.id,
             submit_ms: r.job.submit_ms,
             held: r.job.held(),
             array: array::task_of(spec),
             admin_priority: r.job.admin_priority,
             ..policy_apply::pending_of(spec)
-        },
+        }),
         has_dependency: !spec.dependency.is_empty(),
         singleton: spec_rules::has_singleton(spec),
     }
@@ -133,8 +134,9 @@ impl PendingViews {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+    use std::sync::Arc;
 
-    use berth_scheduler::{HostState, JobSpec};
+    use berth_scheduler::{HostState, JobSpec, Reason};
 
     use super::super::test_support::{apply, submit};
     use super::super::{Dirty, SmState};
@@ -186,5 +188,31 @@ mod tests {
         let pending = s.scheduler_snapshot(|_| HostState::Up).pending;
         assert_eq!(pending.iter().map(|p| p.id).collect::<Vec<_>>(), vec![2]);
         assert_eq!(kept(&s), 1);
+    }
+
+    #[test]
+    fn snapshots_share_the_kept_views_but_of_jobs_held_by_dependencies() {
+        let mut s = SmState::default();
+        submit(&mut s, "a", spec());
+        let waits = JobSpec {
+            dependency: "afterok:1".into(),
+            ..spec()
+        };
+        submit(&mut s, "b", waits);
+        let first = s.scheduler_snapshot(|_| HostState::Up).pending;
+        let second = s.scheduler_snapshot(|_| HostState::Up).pending;
+        assert!(Arc::ptr_eq(&first[0], &second[0]), "job 1 is not copied");
+        assert_eq!(first[0].dependency, None);
+        // Job 2's view lacks the dependency, which each snapshot judges:
+        // it gets a copy of its own that says so.
+        assert!(!Arc::ptr_eq(&first[1], &second[1]));
+        assert_eq!(first[1].dependency, Some(Reason::Dependency));
+        let views = s
+            .pending_views
+            .lock()
+            .map(|v| v.shared())
+            .unwrap_or_default();
+        assert!(Arc::ptr_eq(&views[0].job, &first[0]));
+        assert_eq!(views[1].job.dependency, None, "the kept view is unchanged");
     }
 }

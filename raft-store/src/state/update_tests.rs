@@ -603,7 +603,7 @@ fn a_snapshot_after_an_update_sees_the_change_not_the_kept_view() {
     assert!(matches!(r, Response::JobUpdated { .. }), "{r:?}");
     let seen = pending_of(&s, b).expect("b is pending");
     assert_eq!(
-        (seen.nice, seen.time_limit_s, seen.shape.features),
+        (seen.nice, seen.time_limit_s, seen.shape.features.clone()),
         (10, 300, vec!["ib".to_string()])
     );
     // A job that leaves the queue leaves the snapshot and its view goes.

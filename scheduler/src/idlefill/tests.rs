@@ -112,7 +112,7 @@ const NODE_LIMIT: Reason = Reason::Limit(LimitScope::Qos, LimitKind::GrpTres(Tre
 #[test]
 fn off_lends_nothing_on_lends_idle_hosts_last() {
     let mut snap = world(3, None);
-    snap.pending = vec![job(1, "ana"), job(2, "ana"), job(3, "ana")];
+    snap.pending = PendingJob::queue([job(1, "ana"), job(2, "ana"), job(3, "ana")]);
     let plan = schedule(&snap, &Policy::default(), 0);
     assert_eq!(started(&plan), vec![(1, "h1")]);
     assert!(plan.borrowed.is_empty());
@@ -133,7 +133,7 @@ fn a_job_over_another_cap_too_is_not_lent() {
         j.shape.per_host.gpus = 1;
         j
     };
-    snap.pending = vec![gpu_job(1), gpu_job(2), job(3, "ana")];
+    snap.pending = PendingJob::queue([gpu_job(1), gpu_job(2), job(3, "ana")]);
     let plan = schedule(&snap, &on(), 0);
     // Job 2 reports its node cap (the first breach) but its GPU cap
     // holds it too: only job 3, held by the node cap alone, borrows.
@@ -161,7 +161,7 @@ fn borrowed_runs_count_toward_no_quota_and_are_reclaimed_for_a_claim() {
     // Both of ana's runs are borrowed: her next job has its claim and
     // takes one host back (the cheapest: equal, so the first by name). It
     // starts once the run has left (the next pass), holding the room.
-    snap.pending = vec![job(1, "ana")];
+    snap.pending = PendingJob::queue([job(1, "ana")]);
     let plan = schedule(&snap, &on(), 60_000);
     assert_eq!(
         plan.evictions,

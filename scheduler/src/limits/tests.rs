@@ -3,6 +3,7 @@ use crate::assoc::Account;
 use crate::model::{Host, Inventory};
 use crate::pass::RunningJob;
 use crate::usage::UsageRecord;
+use std::sync::Arc;
 
 fn res(cpus: u32, gpus: u32) -> Resources {
     Resources {
@@ -1068,7 +1069,8 @@ fn submit_counts_pending_and_running() {
         q.limits.grp_submit_jobs = Some(4);
         q.limits.max_submit_jobs_per_user = Some(2);
     }));
-    snap.pending.push(pending("alice", "physics", "team"));
+    snap.pending
+        .push(Arc::new(pending("alice", "physics", "team")));
     snap.running
         .push(run("bob", "physics", "team", &["h0"], res(1, 0)));
     let catalog = Catalog::new(&snap);
@@ -1099,7 +1101,8 @@ fn an_array_counts_each_task_against_the_submit_limits() {
         q.limits.grp_submit_jobs = Some(6);
         q.limits.max_submit_jobs_per_user = Some(4);
     }));
-    snap.pending.push(pending("alice", "physics", "team"));
+    snap.pending
+        .push(Arc::new(pending("alice", "physics", "team")));
     let catalog = Catalog::new(&snap);
     let counts = SubmitCounts::new(&snap, &catalog);
     let j = pending("alice", "physics", "team");
@@ -1129,7 +1132,7 @@ fn an_array_counts_each_task_against_the_submit_limits() {
 fn submit_counts_accounts_and_partition_qos() {
     let mut snap = world();
     snap.accounts[0].limits.grp_submit_jobs = Some(1);
-    snap.pending.push(pending("bob", "physics", ""));
+    snap.pending.push(Arc::new(pending("bob", "physics", "")));
     assert_eq!(
         refusal(&snap, &pending("alice", "physics", "")),
         "job submit limit reached: jobs submitted 1 + 1 > 1 (account science GrpSubmitJobs)"
@@ -1142,7 +1145,7 @@ fn submit_counts_accounts_and_partition_qos() {
         .push(qos("pq", |q| q.limits.max_submit_jobs_per_user = Some(1)));
     let mut in_gpu = pending("alice", "ml", "");
     in_gpu.partitions = vec!["gpu".into()];
-    snap.pending.push(in_gpu.clone());
+    snap.pending.push(Arc::new(in_gpu.clone()));
     assert_eq!(
         refusal(&snap, &in_gpu),
         "job submit limit reached: jobs submitted by user alice 1 + 1 > 1 (partition gpu QOS pq MaxSubmitJobsPerUser)"

@@ -5,6 +5,8 @@
 
 use serde::Serialize;
 
+use std::sync::Arc;
+
 use crate::assoc::{Account, UserRecord};
 use crate::model::{Host, HostState, Inventory, Resources};
 use crate::partition::Partition;
@@ -396,7 +398,7 @@ pub fn bench_snapshot(pending: usize, hosts: usize, seed: u64) -> Snapshot {
                 _ => job.shape = Shape::one(Resources::cpu_mem(cpus, mem_mb)),
             }
             next_id += 1;
-            job
+            Arc::new(job)
         })
         .collect();
     let mut snapshot = Snapshot {

@@ -9,6 +9,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -437,14 +438,14 @@ impl Engine<'_> {
         self.pending.insert((id, idx));
         // Ids only grow, so the view stays in id order.
         debug_assert!(self.world.pending.last().is_none_or(|p| p.id < id));
-        self.world.pending.push(PendingJob {
+        self.world.pending.push(Arc::new(PendingJob {
             id,
             held: job.hold,
             submit_ms: job.submit_s.saturating_mul(1000),
             dependency: None,
             array,
             ..job.spec.clone()
-        });
+        }));
         self.pending_idx.push(idx);
         self.line(&SubmitLine {
             t_s,
@@ -541,7 +542,8 @@ impl Engine<'_> {
                 .dependency
                 .as_ref()
                 .and_then(|d| self.dependency_reason(idx, d));
-            let view = &mut self.world.pending[at];
+            // The pass holds no view after it: this copies nothing.
+            let view = Arc::make_mut(&mut self.world.pending[at]);
             view.held = self.runs[idx].held;
             view.dependency = dependency;
             view.room_freed = room_freed.contains(&idx);
@@ -779,7 +781,7 @@ impl Engine<'_> {
                 continue; // started or ended meanwhile
             };
             if !change.paths.is_empty() {
-                self.world.pending[at]
+                Arc::make_mut(&mut self.world.pending[at])
                     .multipath_since_ms
                     .get_or_insert(now_ms);
             }

@@ -7,6 +7,7 @@
 //! exits.
 
 use std::cmp::Reverse;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -186,7 +187,7 @@ impl Engine<'_> {
         self.pending.insert((id, idx));
         // The queue view stays in id order: the job keeps its id.
         let at = self.world.pending.partition_point(|p| p.id < id);
-        self.world.pending.insert(at, view);
+        self.world.pending.insert(at, Arc::new(view));
         self.pending_idx.insert(at, idx);
         Ok(())
     }
