@@ -620,16 +620,12 @@ mod tests {
     use crate::model::Inventory;
     use crate::pass::RunningJob;
 
-    fn host(name: &str, features: &[&str]) -> Host {
-        let mut h = Host::new(name, Inventory::cpu_mem(4, 0));
-        h.features = features.iter().map(|f| f.to_string()).collect();
-        h
-    }
-
     #[test]
     fn running_jobs_hold_the_hosts_they_name_until_they_end() {
         let cpus = Resources::cpu_mem(4, 0);
-        let mut hosts: Vec<Host> = (1..=6).map(|i| host(&format!("n{i}"), &[])).collect();
+        let mut hosts: Vec<Host> = (1..=6)
+            .map(|i| Host::new(&format!("n{i}"), Inventory::cpu_mem(4, 0)))
+            .collect();
         // Named out of order and with a gap, as a gang's hosts may be.
         let busy = ["n5", "n2", "n3"];
         for h in &mut hosts {
