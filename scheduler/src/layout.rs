@@ -176,6 +176,25 @@ impl HostLayout {
     pub fn up_hosts(&self) -> usize {
         self.up.len()
     }
+
+    /// Whether the hosts it has up are those `snapshot` has up: a cheap
+    /// part of its invariant (no names or attributes compared), so that a
+    /// layout kept past a host's going down or up is never used.
+    pub(crate) fn same_up_hosts(&self, snapshot: &Snapshot) -> bool {
+        let up = |s: usize| {
+            snapshot
+                .hosts
+                .get(s)
+                .is_some_and(|h| h.state == HostState::Up)
+        };
+        self.up.iter().all(|&s| up(s))
+            && snapshot
+                .hosts
+                .iter()
+                .filter(|h| h.state == HostState::Up)
+                .count()
+                == self.up.len()
+    }
 }
 
 #[cfg(test)]
@@ -220,5 +239,21 @@ mod tests {
         assert_eq!(layout.up_hosts(), 2);
         // n1 lists a feature, n2 none: two classes, ordered by their keys.
         assert_eq!(layout.class_of, vec![1, 0]);
+        assert!(layout.same_up_hosts(&snapshot));
+    }
+
+    #[test]
+    fn a_layout_kept_past_a_host_going_down_is_stale() {
+        let mut snapshot = Snapshot {
+            hosts: vec![host("n1", &[]), host("n2", &[])],
+            ..Snapshot::default()
+        };
+        let kept = HostLayout::new(&snapshot);
+        snapshot.hosts[1].state = HostState::Down;
+        assert!(!kept.same_up_hosts(&snapshot));
+        snapshot.hosts.truncate(1);
+        assert!(!kept.same_up_hosts(&snapshot));
+        snapshot.hosts.push(host("n2", &[]));
+        assert!(kept.same_up_hosts(&snapshot));
     }
 }

@@ -252,11 +252,17 @@ impl<'a> Pool<'a> {
 
     /// The pool of `snapshot`'s hosts laid out as `layout`, which must be
     /// what [`HostLayout::new`] makes of `snapshot` (debug builds check).
+    /// One whose up hosts are not the snapshot's is stale and made anew.
     pub fn with_layout(
         snapshot: &'a Snapshot,
         layout: Cow<'a, HostLayout>,
         now_ms: u64,
     ) -> Pool<'a> {
+        let layout = if layout.same_up_hosts(snapshot) {
+            layout
+        } else {
+            Cow::Owned(HostLayout::new(snapshot))
+        };
         debug_assert!(
             *layout == HostLayout::new(snapshot),
             "the layout given is not the snapshot's"
