@@ -630,7 +630,7 @@ mod tests {
     fn running_jobs_hold_the_hosts_they_name_until_they_end() {
         let cpus = Resources::cpu_mem(4, 0);
         let mut hosts: Vec<Host> = (1..=6)
-            .map(|i| Host::new(&format!("n{i}"), Inventory::cpu_mem(4, 0)))
+            .map(|i| Host::new(format!("n{i}"), Inventory::cpu_mem(4, 0)))
             .collect();
         // Named out of order and with a gap, as a gang's hosts may be.
         let busy = ["n5", "n2", "n3"];
