@@ -19,7 +19,8 @@ use crate::pass::Snapshot;
 /// pool calls host `i`) is snapshot host `up[i]`.
 ///
 /// Invariant: equal to `HostLayout::new` of the snapshot it is used with;
-/// debug builds check it at every pass (`Pool::with_layout`).
+/// debug builds check it at every pass (`Pool::with_layout`), and
+/// `schedule_in` makes anew one whose up hosts are not the snapshot's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostLayout {
     pub(crate) up: Vec<usize>,
@@ -172,11 +173,6 @@ impl HostLayout {
         }
     }
 
-    /// How many hosts are up.
-    pub fn up_hosts(&self) -> usize {
-        self.up.len()
-    }
-
     /// Whether the hosts it has up are those `snapshot` has up: a cheap
     /// part of its invariant (no names or attributes compared), so that a
     /// layout kept past a host's going down or up is never used.
@@ -236,7 +232,6 @@ mod tests {
         };
         let layout = HostLayout::new(&snapshot);
         assert_eq!(layout.up, vec![2, 0]);
-        assert_eq!(layout.up_hosts(), 2);
         // n1 lists a feature, n2 none: two classes, ordered by their keys.
         assert_eq!(layout.class_of, vec![1, 0]);
         assert!(layout.same_up_hosts(&snapshot));

@@ -527,9 +527,15 @@ pub fn schedule(snapshot: &Snapshot, policy: &Policy, now_ms: u64) -> Plan {
 /// [`schedule`] with the snapshot's hosts already laid out: `layout` must
 /// be what [`HostLayout::new`] makes of `snapshot` (debug builds check). A
 /// caller whose hosts keep their states and attributes between passes
-/// keeps it between them.
+/// keeps it between them. One whose up hosts are not the snapshot's is
+/// stale and made anew rather than used.
 pub fn schedule_in(snapshot: &Snapshot, layout: &HostLayout, policy: &Policy, now_ms: u64) -> Plan {
-    schedule_with(snapshot, Cow::Borrowed(layout), policy, now_ms)
+    let layout = if layout.same_up_hosts(snapshot) {
+        Cow::Borrowed(layout)
+    } else {
+        Cow::Owned(HostLayout::new(snapshot))
+    };
+    schedule_with(snapshot, layout, policy, now_ms)
 }
 
 fn schedule_with<'a>(

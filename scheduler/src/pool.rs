@@ -1,9 +1,9 @@
 //! The hosts a pass can place on: up hosts grouped into classes of equal
 //! static attributes (inventory, GPU model, emulator, features,
 //! partitions; see [`HostLayout`]), each host's availability profile, and
-//! per class an index
-//! of hosts by free room now, so that finding room looks only at hosts of
-//! the right kind with enough free, never at every host per job.
+//! per class an index of hosts by free room now, so that finding room looks
+//! only at hosts of the right kind with enough free, never at every host
+//! per job.
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -252,17 +252,11 @@ impl<'a> Pool<'a> {
 
     /// The pool of `snapshot`'s hosts laid out as `layout`, which must be
     /// what [`HostLayout::new`] makes of `snapshot` (debug builds check).
-    /// One whose up hosts are not the snapshot's is stale and made anew.
     pub fn with_layout(
         snapshot: &'a Snapshot,
         layout: Cow<'a, HostLayout>,
         now_ms: u64,
     ) -> Pool<'a> {
-        let layout = if layout.same_up_hosts(snapshot) {
-            layout
-        } else {
-            Cow::Owned(HostLayout::new(snapshot))
-        };
         debug_assert!(
             *layout == HostLayout::new(snapshot),
             "the layout given is not the snapshot's"
