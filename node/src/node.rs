@@ -430,13 +430,15 @@ fn start_batcher(raft: Raft) -> mpsc::Sender<Proposal> {
 
 /// Writes `batch` as one entry (a lone command as itself) and answers each
 /// proposal with its own response, or all of them with the write's error.
-async fn write_batch(raft: &Raft, mut batch: Vec<Proposal>) {
-    let request = if batch.len() == 1 {
-        Request::new(batch[0].command.clone())
-    } else {
-        Request::new(Command::Batch {
-            commands: batch.iter().map(|p| p.command.clone()).collect(),
-        })
+async fn write_batch(raft: &Raft, batch: Vec<Proposal>) {
+    let (mut commands, mut replies): (Vec<Command>, Vec<_>) =
+        batch.into_iter().map(|p| (p.command, p.reply)).unzip();
+    let request = match commands.pop() {
+        Some(only) if commands.is_empty() => Request::new(only),
+        last => {
+            commands.extend(last);
+            Request::new(Command::Batch { commands })
+        }
     };
     let outcome = match raft.client_write(request).await {
         Ok(written) => Ok(written.data),
@@ -448,25 +450,25 @@ async fn write_batch(raft: &Raft, mut batch: Vec<Proposal>) {
         }),
     };
     match outcome {
-        Ok(response) if batch.len() == 1 => {
-            if let Some(p) = batch.pop() {
-                let _ = p.reply.send(Ok(response));
+        Ok(response) if replies.len() == 1 => {
+            if let Some(reply) = replies.pop() {
+                let _ = reply.send(Ok(response));
             }
         }
-        Ok(Response::Batch { responses }) if responses.len() == batch.len() => {
-            for (p, response) in batch.into_iter().zip(responses) {
-                let _ = p.reply.send(Ok(response));
+        Ok(Response::Batch { responses }) if responses.len() == replies.len() => {
+            for (reply, response) in replies.into_iter().zip(responses) {
+                let _ = reply.send(Ok(response));
             }
         }
         Ok(other) => {
-            let e = ProposeError::Fatal(format!("a batch of {} answered {other:?}", batch.len()));
-            for p in batch {
-                let _ = p.reply.send(Err(e.clone()));
+            let e = ProposeError::Fatal(format!("a batch of {} answered {other:?}", replies.len()));
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
             }
         }
         Err(e) => {
-            for p in batch {
-                let _ = p.reply.send(Err(e.clone()));
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
             }
         }
     }

@@ -69,7 +69,11 @@ impl RaftTransport for RaftService {
         let req: Request = decode(request.get_ref())?;
         // Only the leader proposes forwarded commands; a node that lost
         // leadership meanwhile says so and the caller retries.
-        match self.node.propose_local(req.command).await {
+        match self
+            .node
+            .propose_local(Arc::unwrap_or_clone(req.command))
+            .await
+        {
             Ok(response) => reply::<_, ()>(Ok(response)),
             Err(ProposeError::NotLeader { leader_addr }) => {
                 Err(Status::failed_precondition(format!(
@@ -96,7 +100,7 @@ impl RaftTransport for RaftService {
         // share its log entries; answered one by one, in order.
         let proposals = requests
             .into_iter()
-            .map(|r| self.node.propose_local(r.command));
+            .map(|r| self.node.propose_local(Arc::unwrap_or_clone(r.command)));
         let outcomes: Vec<ForwardOutcome> = futures::future::join_all(proposals)
             .await
             .into_iter()

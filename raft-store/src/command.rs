@@ -2,6 +2,8 @@
 //! proposed through Raft (invariant 2). Time arrives inside the command,
 //! stamped by the leader, so `apply` never reads a clock.
 
+use std::sync::Arc;
+
 use berth_scheduler::{
     AdminReservation, Eviction, GangPlacement, Inventory, JobId, JobSpec, JobState, Placement,
 };
@@ -115,17 +117,23 @@ impl JobUpdate {
 pub const COMMAND_VERSION: u32 = 14;
 
 /// One Raft log payload.
+///
+/// The command is shared: openraft clones an entry each time it reads one
+/// (the leader's replication to each follower and its apply read the
+/// newest entries from memory, see `store/recent.rs`), and a clone of a
+/// batch of submits would copy every job spec in it. Serialized as the
+/// command itself, so the log's bytes are the same as an owned one's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     pub version: u32,
-    pub command: Command,
+    pub command: Arc<Command>,
 }
 
 impl Request {
     pub fn new(command: Command) -> Request {
         Request {
             version: COMMAND_VERSION,
-            command,
+            command: Arc::new(command),
         }
     }
 }

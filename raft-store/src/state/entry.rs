@@ -71,7 +71,7 @@ mod tests {
     fn submit(version: u32) -> EntryPayload<TypeConfig> {
         EntryPayload::Normal(Request {
             version,
-            command: Command::SubmitJob {
+            command: std::sync::Arc::new(Command::SubmitJob {
                 request_id: "r".into(),
                 spec: JobSpec {
                     user: "u".into(),
@@ -80,7 +80,7 @@ mod tests {
                     ..JobSpec::default()
                 },
                 now_ms: 1,
-            },
+            }),
         })
     }
 
