@@ -108,11 +108,24 @@ struct Profiles {
     /// never falls: a host that holds a need from some time on holds it
     /// at every later time too.
     changed: Vec<bool>,
+    /// A later room taken on host `i` (need, from, until) and not yet
+    /// applied to a profile, as its profile is not built: a reservation
+    /// on a host nothing else changed in this pass. Most are never looked
+    /// at again; [`Profiles::get`] applies it when one is.
+    deferred: Vec<Option<Deferred>>,
     free_now: Vec<Resources>,
     /// Host `i`'s releases (end time, room freed) are
     /// `releases[offsets[i]..offsets[i + 1]]`, in time order.
     releases: Vec<(u64, Resources)>,
     offsets: Vec<usize>,
+}
+
+/// Room taken later than now on a host whose profile is not built yet.
+#[derive(Debug, Clone, Copy)]
+struct Deferred {
+    need: Resources,
+    from_ms: u64,
+    until_ms: Option<u64>,
 }
 
 impl Profiles {
@@ -176,6 +189,7 @@ impl Profiles {
             now_ms,
             built: vec![None; hosts.len()],
             changed: vec![false; hosts.len()],
+            deferred: vec![None; hosts.len()],
             free_now: hosts.iter().map(|h| h.free()).collect(),
             releases,
             offsets,
@@ -228,7 +242,7 @@ impl Profiles {
         duration_ms: Option<u64>,
     ) -> bool {
         if !self.changed[i] {
-            debug_assert!(self.get(i).holds(need, at_ms, duration_ms));
+            debug_assert!(self.fresh(i).holds(need, at_ms, duration_ms));
             return true;
         }
         self.get(i).holds(need, at_ms, duration_ms)
@@ -237,20 +251,91 @@ impl Profiles {
     /// [`Profile::holds`] of host `i`. A host whose profile this pass has
     /// not changed has, from now on, its free room now or more (see
     /// `changed`): it holds `need` from now for any time exactly when it
-    /// has it free now, and its profile is not built to say so.
+    /// has it free now, and its profile is not built to say so. One with
+    /// only a deferred reservation is read the same way (see
+    /// [`Profiles::least_free_with`]).
     fn holds(&mut self, i: usize, need: Resources, from_ms: u64, duration_ms: Option<u64>) -> bool {
-        if !self.changed[i] && from_ms == self.now_ms {
-            let holds = need.within(self.free_now[i]);
-            debug_assert_eq!(holds, self.get(i).holds(need, from_ms, duration_ms));
-            return holds;
+        if from_ms == self.now_ms && self.built[i].is_none() {
+            let until_ms = duration_ms.map(|d| from_ms.saturating_add(d));
+            let least = match self.deferred[i] {
+                None if !self.changed[i] => Some(self.free_now[i]),
+                Some(taken) => Some(self.least_free_with(i, taken, until_ms)),
+                None => None,
+            };
+            if let Some(least) = least {
+                let holds = need.within(least);
+                debug_assert_eq!(holds, self.fresh(i).holds(need, from_ms, duration_ms));
+                return holds;
+            }
         }
         self.get(i).holds(need, from_ms, duration_ms)
+    }
+
+    /// The least host `i` has free over `[now, until_ms)` with `taken` out
+    /// of its unchanged profile. That profile never falls, so its least
+    /// over the window is now, and its least over the part `taken` covers
+    /// is where that part begins.
+    fn least_free_with(&self, i: usize, taken: Deferred, until_ms: Option<u64>) -> Resources {
+        let free_now = self.free_now[i];
+        if until_ms.is_some_and(|u| u <= taken.from_ms) {
+            return free_now;
+        }
+        let releases = &self.releases[self.offsets[i]..self.offsets[i + 1]];
+        // Releases clamp to just after now; `taken.from_ms` is later still.
+        let mut free_then = free_now;
+        for &(at_ms, freed) in releases {
+            if at_ms > taken.from_ms {
+                break;
+            }
+            free_then = free_then.saturating_add(freed);
+        }
+        free_now.component_min(free_then.saturating_sub(taken.need))
+    }
+
+    /// Takes `need` over `[from_ms, until_ms)`, later than now, on host
+    /// `i` without building its profile, where nothing else has changed
+    /// it in this pass; false (and nothing done) otherwise.
+    fn defer_take(
+        &mut self,
+        i: usize,
+        need: Resources,
+        from_ms: u64,
+        until_ms: Option<u64>,
+    ) -> bool {
+        if from_ms <= self.now_ms || self.changed[i] || self.built[i].is_some() {
+            return false;
+        }
+        self.changed[i] = true;
+        self.deferred[i] = Some(Deferred {
+            need,
+            from_ms,
+            until_ms,
+        });
+        true
+    }
+
+    /// Host `i`'s profile as [`Profiles::get`] would make it, without
+    /// keeping it: for debug checks that must not change what is built.
+    fn fresh(&self, i: usize) -> Profile {
+        let releases = &self.releases[self.offsets[i]..self.offsets[i + 1]];
+        let mut profile = Profile::from_sorted(self.now_ms, self.free_now[i], releases);
+        if let Some(taken) = self.deferred[i] {
+            profile.take(taken.need, taken.from_ms, taken.until_ms);
+        }
+        profile
     }
 
     fn get(&mut self, i: usize) -> &mut Profile {
         let (now_ms, free_now) = (self.now_ms, self.free_now[i]);
         let releases = &self.releases[self.offsets[i]..self.offsets[i + 1]];
-        self.built[i].get_or_insert_with(|| Profile::from_sorted(now_ms, free_now, releases))
+        let deferred = &mut self.deferred[i];
+        self.built[i].get_or_insert_with(|| {
+            let mut profile = Profile::from_sorted(now_ms, free_now, releases);
+            if let Some(taken) = deferred.take() {
+                profile.take(taken.need, taken.from_ms, taken.until_ms);
+            }
+            profile
+        })
     }
 }
 
@@ -554,6 +639,11 @@ impl<'a> Pool<'a> {
             if n == 0 {
                 first_need = need;
             }
+            // Room taken later than now changes neither what the host has
+            // free now nor its place in the free-room index.
+            if self.profiles.defer_take(i, need, from_ms, until_ms) {
+                continue;
+            }
             self.adjust(i, |profile, allocated| {
                 profile.take(need, from_ms, until_ms);
                 if from_ms <= now_ms {
@@ -683,6 +773,60 @@ mod tests {
     use super::*;
     use crate::model::Inventory;
     use crate::pass::RunningJob;
+
+    /// A reservation later than now on a host nothing else changed is kept
+    /// aside, not built into a profile, and still keeps backfill out of
+    /// its window (debug builds also compare each answer with a built
+    /// profile's).
+    #[test]
+    fn a_later_reservation_is_kept_aside_and_still_holds_its_room() {
+        let cpus = Resources::cpu_mem(4, 0);
+        let mut hosts: Vec<Host> = ["n1", "n2"]
+            .iter()
+            .map(|n| Host::new(n.to_string(), Inventory::cpu_mem(4, 0)))
+            .collect();
+        hosts[0].allocated = cpus;
+        let snapshot = Snapshot {
+            hosts,
+            running: vec![RunningJob {
+                hosts: vec!["n1".to_string()],
+                per_host: cpus,
+                end_ms: Some(10_000),
+                ..RunningJob::default()
+            }],
+            ..Snapshot::default()
+        };
+        let mut pool = Pool::new(&snapshot, 0);
+        let head = Shape {
+            nodes: 2,
+            ..Shape::one(cpus)
+        };
+        let all = [0];
+        let (at_ms, chosen) = pool
+            .earliest_room(&head, &all, 0, Some(5_000))
+            .expect("room once n1 frees");
+        assert_eq!((at_ms, chosen.as_slice()), (10_000, &[0, 1][..]));
+        pool.take(&head, &chosen, at_ms, Some(5_000), 0);
+        assert!(pool.profiles.deferred[1].is_some());
+        assert!(pool.profiles.built[1].is_none());
+
+        // Ends before the reservation begins: fits on n2, which stays unbuilt.
+        let short = Shape::one(Resources::cpu_mem(2, 0));
+        assert_eq!(
+            pool.room_now(&short, &all, 0, Some(10_000), None),
+            Some(vec![1])
+        );
+        assert!(pool.profiles.built[1].is_none());
+        // Runs into it: no room, on any CPUs asked.
+        assert_eq!(pool.room_now(&short, &all, 0, Some(10_001), None), None);
+        assert_eq!(pool.room_now(&short, &all, 0, None, None), None);
+
+        // Taking room now builds n2's profile with the reservation in it.
+        pool.take(&short, &[1], 0, Some(10_000), 0);
+        assert!(pool.profiles.deferred[1].is_none());
+        assert_eq!(pool.min_free(1, 10_000, Some(15_000)), Resources::default());
+        assert_eq!(pool.min_free(1, 15_000, None), cpus);
+    }
 
     #[test]
     fn running_jobs_hold_the_hosts_they_name_until_they_end() {
