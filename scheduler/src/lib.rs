@@ -36,6 +36,7 @@ pub mod deps;
 pub mod evict;
 pub mod explain;
 pub mod fit;
+mod free_index;
 mod fxhash;
 pub mod gres;
 pub mod idlefill;

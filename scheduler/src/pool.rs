@@ -6,9 +6,9 @@
 //! per job.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
 
 use crate::fit::eligible;
+use crate::free_index::{FreeIndex, FreeKey};
 use crate::fxhash::{same_str, FxMap};
 use crate::layout::{HostClass, HostLayout};
 use crate::model::{Host, Resources};
@@ -86,7 +86,7 @@ pub(crate) struct Pool<'a> {
     layout: Cow<'a, HostLayout>,
     /// By class: (free GPUs if the class has GPUs else 0, free CPUs, host)
     /// of its hosts, in best-fit order, fullest first (`HostClass::key`).
-    free: Vec<BTreeSet<(u32, u32, usize)>>,
+    free: Vec<FreeIndex>,
     /// Kinds of placement asked so far (partition and kind requirements),
     /// by id: the classes statically eligible for each.
     kinds: Vec<Vec<usize>>,
@@ -340,12 +340,12 @@ impl Profiles {
 }
 
 /// `class`'s free-room keys ([`HostClass::key`]) in order, to build its
-/// index in bulk (the set's own collect sorts, stably, which costs more).
+/// index from.
 /// Free GPUs and CPUs are at most the class's totals, so where those are
 /// few next to its hosts (a trace's 1-CPU hosts: two values) one counting
 /// pass orders them: members come in index order and it is stable. Else
 /// a comparison sort. Sorting was a twelfth of a trace replay.
-fn free_keys_sorted(class: &HostClass, hosts: &[&Host]) -> Vec<(u32, u32, usize)> {
+fn free_keys_sorted(class: &HostClass, hosts: &[&Host]) -> Vec<FreeKey> {
     let keys = class.members.iter().map(|&i| class.key(hosts[i].free(), i));
     let cpu_values = class.total.cpus as usize + 1;
     let gpu_values = if class.has_gpus {
@@ -355,14 +355,14 @@ fn free_keys_sorted(class: &HostClass, hosts: &[&Host]) -> Vec<(u32, u32, usize)
     };
     let values = cpu_values.saturating_mul(gpu_values);
     if values > 2 * class.members.len() {
-        let mut keys: Vec<(u32, u32, usize)> = keys.collect();
+        let mut keys: Vec<FreeKey> = keys.collect();
         keys.sort_unstable();
         return keys;
     }
     debug_assert!(class.members.is_sorted());
     // A host's free room is within its class's totals (`Host::free`
     // saturates), so every key falls in a bucket.
-    let bucket = |k: &(u32, u32, usize)| k.0 as usize * cpu_values + k.1 as usize;
+    let bucket = |k: &FreeKey| k.0 as usize * cpu_values + k.1 as usize;
     let mut starts = vec![0usize; values + 1];
     for k in keys.clone() {
         starts[bucket(&k) + 1] += 1;
@@ -427,7 +427,7 @@ impl<'a> Pool<'a> {
         let free = layout
             .classes
             .iter()
-            .map(|class| free_keys_sorted(class, &hosts).into_iter().collect())
+            .map(|class| FreeIndex::from_sorted(free_keys_sorted(class, &hosts)))
             .collect();
         Pool {
             hosts,
@@ -515,7 +515,7 @@ impl<'a> Pool<'a> {
             } else {
                 (0, need.cpus, 0)
             };
-            for &(_, cpus_free, i) in self.free[c].range(from..) {
+            for (_, cpus_free, i) in self.free[c].from(from) {
                 self.host_checks += 1;
                 if cpus_free < need.cpus {
                     continue;
@@ -721,8 +721,7 @@ impl<'a> Pool<'a> {
         change(profile, &mut self.allocated[i]);
         let after = class.key(profile.free_now(), i);
         if before != after {
-            self.free[c].remove(&before);
-            self.free[c].insert(after);
+            self.free[c].replace(before, after);
         }
     }
 
