@@ -10,11 +10,11 @@
 
 use std::time::Instant;
 
-use berth_scheduler::schedule;
 use berth_scheduler::sim::bench::{
     bench_policy, bench_snapshot, time_passes, PassClock, BENCH_NOW_MS,
 };
 use berth_scheduler::sim::swf::{run_swf, summary_line, SwfOptions};
+use berth_scheduler::{host_names, schedule};
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
     args.get(i)
@@ -78,11 +78,33 @@ fn main() {
             if std::env::var_os("SIM_PROFILE_REASONS").is_some() {
                 let plan = schedule(&snapshot, &policy, BENCH_NOW_MS);
                 // FNV-1a over the plan's JSON: equal digests, equal plans.
-                let json = serde_json::to_string(&plan).unwrap_or_default();
-                let digest = json.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                    (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-                });
-                println!("plan digest {digest:016x} ({} bytes)", json.len());
+                // Reservations are digested apart, by host name, so that
+                // the digest does not hang on how a plan refers to hosts.
+                let fnv = |json: &str| {
+                    json.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+                    })
+                };
+                let held: Vec<(u64, u64, Vec<&str>)> = plan
+                    .reservations
+                    .iter()
+                    .map(|r| (r.job_id, r.start_ms, host_names(&snapshot, &r.hosts)))
+                    .collect();
+                let mut rest = plan.clone();
+                rest.reservations.clear();
+                for m in &mut rest.multipath {
+                    for p in &mut m.paths {
+                        p.hosts.clear();
+                    }
+                }
+                let json = serde_json::to_string(&rest).unwrap_or_default();
+                let held_json = serde_json::to_string(&held).unwrap_or_default();
+                println!(
+                    "plan digest {:016x} ({} bytes), reservations digest {:016x}",
+                    fnv(&json),
+                    json.len(),
+                    fnv(&held_json)
+                );
                 let mut counts = std::collections::BTreeMap::new();
                 for r in plan.reasons.values() {
                     *counts.entry(r.code()).or_insert(0u32) += 1;

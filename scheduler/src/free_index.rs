@@ -47,12 +47,23 @@ impl FreeIndex {
     pub fn replace(&mut self, before: FreeKey, after: FreeKey) {
         match self {
             FreeIndex::Vec(keys) => {
-                if let Ok(at) = keys.binary_search(&before) {
-                    keys.remove(at);
+                debug_assert!(before == after || keys.binary_search(&after).is_err());
+                let Ok(from) = keys.binary_search(&before) else {
+                    let at = keys.partition_point(|k| *k < after);
+                    keys.insert(at, after);
+                    return;
+                };
+                // Only the keys between the old place and the new move,
+                // one step, instead of the tail twice (remove, insert).
+                if after < before {
+                    let to = keys[..from].partition_point(|k| *k < after);
+                    keys[to..=from].rotate_right(1);
+                    keys[to] = after;
+                } else {
+                    let to = from + keys[from + 1..].partition_point(|k| *k < after);
+                    keys[from..=to].rotate_left(1);
+                    keys[to] = after;
                 }
-                debug_assert!(keys.binary_search(&after).is_err());
-                let at = keys.partition_point(|k| *k < after);
-                keys.insert(at, after);
             }
             FreeIndex::Tree(keys) => {
                 keys.remove(&before);

@@ -10,8 +10,9 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-use crate::fxhash::same_str;
+use crate::fxhash::{same_str, FxMap};
 use crate::model::{EmulatorInventory, Host, HostState, Resources};
 use crate::pass::Snapshot;
 
@@ -29,7 +30,25 @@ pub struct HostLayout {
     pub(crate) classes: Vec<HostClass>,
     /// By pool index: its class.
     pub(crate) class_of: Vec<usize>,
+    /// Pool index by host name, made when a pass first asks for it.
+    names: NameIndex,
 }
+
+/// Pool index by host name, for finding a running job's hosts. Made once
+/// for a layout its caller keeps between passes (`schedule_in`); a pass's
+/// own layout (`schedule`) does without it where that is cheaper. Not part
+/// of a layout's equality: it is derived from the names, which a lookup
+/// checks (`HostLayout::find`), so a stale entry is never believed.
+#[derive(Debug, Clone, Default)]
+struct NameIndex(OnceLock<FxMap<Box<str>, usize>>);
+
+impl PartialEq for NameIndex {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for NameIndex {}
 
 /// Hosts with the same static attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +189,27 @@ impl HostLayout {
             up,
             classes,
             class_of,
+            names: NameIndex::default(),
+        }
+    }
+
+    /// The pool index of the up host named `name` among `hosts` (the
+    /// pool's hosts, in pool order), through the name index, which is made
+    /// on the first call. `None` when no up host has that name.
+    pub(crate) fn find(&self, hosts: &[&Host], name: &str) -> Option<usize> {
+        let index = self.names.0.get_or_init(|| {
+            hosts
+                .iter()
+                .enumerate()
+                .map(|(i, h)| (Box::from(h.name.as_str()), i))
+                .collect()
+        });
+        match index.get(name) {
+            Some(&i) if hosts.get(i).is_some_and(|h| h.name == name) => Some(i),
+            // Not an up host; or the index was made from other names than
+            // these hosts' (hosts renamed under a kept layout), which the
+            // search in name order does not depend on.
+            _ => hosts.binary_search_by(|h| h.name.as_str().cmp(name)).ok(),
         }
     }
 

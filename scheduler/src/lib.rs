@@ -69,8 +69,8 @@ pub use model::{
 };
 pub use partition::Partition;
 pub use pass::{
-    need_on, schedule, schedule_in, ArrayTask, GangPlacement, PendingJob, Placement, Plan, Policy,
-    PriorityWeights, Reservation, RunningJob, Shape, Snapshot,
+    host_names, need_on, schedule, schedule_in, ArrayTask, GangPlacement, PendingJob, Placement,
+    Plan, Policy, PriorityWeights, Reservation, RunningJob, Shape, Snapshot,
 };
 pub use qos::{Limits, Qos, QosFlags, TresKind, TresLimits};
 pub use reason::{LimitKind, LimitScope, Reason};

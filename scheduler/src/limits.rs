@@ -120,9 +120,11 @@ struct Registry {
     accounts: Names,
     account_info: Vec<AccountInfo>,
     partitions: Names,
+    /// By partition id: its hosts' TRES, summed only as `cluster` is.
     partition_totals: Vec<TresAmounts>,
     /// By partition id: its partition QOS name ("" = none).
     partition_qos: Vec<String>,
+    /// Every host's TRES, summed only when a QOS is `Relative`.
     cluster: TresAmounts,
 }
 
@@ -163,8 +165,12 @@ impl Registry {
             }
         }
         // Host names are interned when a node-counting group books one;
-        // a host never booked is occupied by no group.
-        for host in &snapshot.hosts {
+        // a host never booked is occupied by no group. The totals are what
+        // `Relative` QOS limits are percentages of: without such a QOS
+        // nothing reads them, and summing every host's TRES every pass is
+        // a pass's cost on a small cluster.
+        let relative = snapshot.qos.iter().any(|q| q.flags.relative);
+        for host in snapshot.hosts.iter().filter(|_| relative) {
             let tres = host_tres(host);
             reg.cluster.add(&tres);
             for p in &host.partitions {
@@ -431,12 +437,6 @@ impl Tally {
             placed.time_limit_s as f64,
             placed.hosts,
         );
-    }
-
-    /// The cluster's TRES totals over all hosts (what `Relative` QOS limits
-    /// are percentages of).
-    pub fn cluster_totals(&self) -> TresAmounts {
-        self.reg.cluster
     }
 
     fn qos_id(&mut self, name: &str) -> u32 {

@@ -32,7 +32,8 @@ pub struct PathReservation {
     /// Index into the job's alternatives.
     pub path: usize,
     pub start_ms: u64,
-    pub hosts: Vec<String>,
+    /// Indexes into the snapshot's hosts, as [`Reservation::hosts`].
+    pub hosts: Vec<usize>,
 }
 
 /// Every alternative a job holds room on in this pass, by path index.
@@ -112,7 +113,7 @@ mod tests {
 
     use super::*;
     use crate::model::Resources;
-    use crate::pass::{schedule, Shape, Snapshot};
+    use crate::pass::{host_names, schedule, Shape, Snapshot};
     use crate::{Host, Inventory, Partition, RunningJob};
 
     /// Three one-unit emulator groups, each held by a job ending at a
@@ -171,7 +172,8 @@ mod tests {
 
     #[test]
     fn the_head_holds_every_alternative_from_its_own_start() {
-        let plan = schedule(&farm(true), &Policy::default(), 0);
+        let snap = farm(true);
+        let plan = schedule(&snap, &Policy::default(), 0);
         let held: Vec<(usize, u64)> = plan.multipath[0]
             .paths
             .iter()
@@ -179,7 +181,7 @@ mod tests {
             .collect();
         assert_eq!(held, vec![(0, 300_000), (1, 100_000), (2, 200_000)]);
         assert_eq!(plan.reservations[0].start_ms, 100_000);
-        assert_eq!(plan.reservations[0].hosts, vec!["e1".to_string()]);
+        assert_eq!(host_names(&snap, &plan.reservations[0].hosts), ["e1"]);
         assert_eq!(
             plan.multipath_counters,
             MultiPathCounters {
@@ -206,6 +208,6 @@ mod tests {
         let plan = schedule(&snap, &policy, 60_000);
         assert!(plan.multipath.is_empty());
         assert_eq!(plan.multipath_counters.expired, 1);
-        assert_eq!(plan.reservations[0].hosts, vec!["e1".to_string()]);
+        assert_eq!(host_names(&snap, &plan.reservations[0].hosts), ["e1"]);
     }
 }

@@ -384,7 +384,19 @@ pub struct GangPlacement {
 pub struct Reservation {
     pub job_id: JobId,
     pub start_ms: u64,
-    pub hosts: Vec<String>,
+    /// Indexes into the snapshot's `hosts` ([`host_names`] turns them into
+    /// names). Indexes, not names: a pass makes a reservation for its head
+    /// job on every pass, and nothing but the reader of a plan needs names.
+    pub hosts: Vec<usize>,
+}
+
+/// The names of `hosts`, indexes into `snapshot.hosts` as a [`Reservation`]
+/// holds them; an index out of range names nothing.
+pub fn host_names<'s>(snapshot: &'s Snapshot, hosts: &[usize]) -> Vec<&'s str> {
+    hosts
+        .iter()
+        .filter_map(|&i| snapshot.hosts.get(i).map(|h| h.name.as_str()))
+        .collect()
 }
 
 /// What a pass decided: placements to propose (single-host jobs in
@@ -856,7 +868,7 @@ fn reserve(
     plan.reservations.push(Reservation {
         job_id: job.id,
         start_ms: at_ms,
-        hosts: pool.names(&hosts),
+        hosts: pool.snapshot_indexes(&hosts),
     });
 }
 
@@ -914,7 +926,7 @@ fn reserve_all(
         held.push(PathReservation {
             path,
             start_ms: at_ms,
-            hosts: pool.names(&hosts),
+            hosts: pool.snapshot_indexes(&hosts),
         });
     }
     multipath::record(job, held, plan);
@@ -1363,15 +1375,12 @@ mod tests {
 
     #[test]
     fn easy_reserves_the_head_and_backfills_only_what_ends_in_time() {
-        let plan = schedule(&blocked_head(), &Policy::default(), 0);
-        assert_eq!(
-            plan.reservations,
-            vec![Reservation {
-                job_id: 1,
-                start_ms: 100_000,
-                hosts: vec!["a".into(), "b".into()],
-            }]
-        );
+        let snap = blocked_head();
+        let plan = schedule(&snap, &Policy::default(), 0);
+        assert_eq!(plan.reservations.len(), 1);
+        let held = &plan.reservations[0];
+        assert_eq!((held.job_id, held.start_ms), (1, 100_000));
+        assert_eq!(host_names(&snap, &held.hosts), ["a", "b"]);
         assert_eq!(plan.reasons.get(&1), Some(&Reason::Resources));
         assert_eq!(plan.reasons.get(&2), Some(&Reason::Priority));
         assert_eq!(plan.reasons.get(&3), Some(&Reason::Priority));

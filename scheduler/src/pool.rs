@@ -130,21 +130,27 @@ struct Deferred {
 
 impl Profiles {
     /// O(running jobs × their hosts + hosts): no allocation per host.
-    fn new(snapshot: &Snapshot, hosts: &[&Host], now_ms: u64) -> Profiles {
+    fn new(
+        snapshot: &Snapshot,
+        hosts: &[&Host],
+        kept: Option<&HostLayout>,
+        now_ms: u64,
+    ) -> Profiles {
         let placements: usize = snapshot.running.iter().map(|r| r.hosts.len()).sum();
         let mut placed: Vec<(usize, u64, Resources)> = Vec::with_capacity(placements);
         // A gang's host is first looked for right after its previous one
-        // (they are mostly neighbours in name order); other hosts in a map
-        // of every name when there are many running jobs for the hosts,
-        // else by binary search in `hosts` (in name order). With few jobs,
-        // building the map each pass cost more than all the searches (a
-        // trace replay on 100 hosts); with many, less (`bench_snapshot`'s
+        // (they are mostly neighbours in name order); other hosts in the
+        // kept layout's name index, or, for a layout made for this pass, in
+        // a map of every name when there are many running jobs for the
+        // hosts, else by binary search in `hosts` (in name order). With few
+        // jobs, building the map each pass cost more than all the searches
+        // (a trace replay on 100 hosts); with many, less (`bench_snapshot`'s
         // 10,000 hosts with about five running jobs each). Only the speed
         // depends on the choice.
         let log2_hosts = usize::BITS - hosts.len().leading_zeros();
         let many =
             snapshot.running.len() * (log2_hosts.saturating_sub(2) as usize) > 4 * hosts.len();
-        let index: Option<FxMap<&str, usize>> = many.then(|| {
+        let index: Option<FxMap<&str, usize>> = (many && kept.is_none()).then(|| {
             hosts
                 .iter()
                 .enumerate()
@@ -158,6 +164,7 @@ impl Profiles {
                 let found = match (next.and_then(|n| hosts.get(n)), &index) {
                     (Some(h), _) if h.name == *host => next,
                     (_, Some(index)) => index.get(host.as_str()).copied(),
+                    _ if kept.is_some() => kept.and_then(|l| l.find(hosts, host)),
                     (_, None) => hosts
                         .binary_search_by(|h| h.name.as_str().cmp(host.as_str()))
                         .ok(),
@@ -426,7 +433,9 @@ impl<'a> Pool<'a> {
         );
         let hosts: Vec<&'a Host> = layout.up.iter().map(|&s| &snapshot.hosts[s]).collect();
         let allocated: Vec<Resources> = hosts.iter().map(|h| h.allocated).collect();
-        let profiles = Profiles::new(snapshot, &hosts, now_ms);
+        // A layout the caller keeps finds hosts by its name index, made once.
+        let kept = matches!(layout, Cow::Borrowed(_)).then_some(&*layout);
+        let profiles = Profiles::new(snapshot, &hosts, kept, now_ms);
         let free = layout
             .classes
             .iter()
@@ -767,6 +776,11 @@ impl<'a> Pool<'a> {
 
     pub fn names(&self, hosts: &[usize]) -> Vec<String> {
         hosts.iter().map(|&i| self.hosts[i].name.clone()).collect()
+    }
+
+    /// `hosts` (pool indexes) as indexes into the snapshot's hosts.
+    pub fn snapshot_indexes(&self, hosts: &[usize]) -> Vec<usize> {
+        hosts.iter().map(|&i| self.layout.up[i]).collect()
     }
 }
 
