@@ -126,6 +126,9 @@ struct Registry {
     partition_qos: Vec<String>,
     /// Every host's TRES, summed only when a QOS is `Relative`.
     cluster: TresAmounts,
+    /// Whether any QOS or account sets a limit: without one no booking
+    /// counts in any group (`Tally::groups_of`), so a tally books none.
+    any_limit: bool,
 }
 
 fn host_tres(host: &crate::model::Host) -> TresAmounts {
@@ -221,6 +224,8 @@ impl Registry {
             info.inherited = inherited;
             info.lineage_mask = lineage_mask;
         }
+        reg.any_limit = reg.qos_flat.iter().flatten().any(|(_, f)| f.mask != 0)
+            || reg.account_info.iter().any(|a| a.lineage_mask != 0);
         reg
     }
 
@@ -387,6 +392,9 @@ impl Tally {
         // Running jobs of one (user, account, QOS, partition) count in the
         // same groups: the names are resolved and the account tree walked
         // once per such key (a few hundred), not once per job (thousands).
+        if !tally.reg.any_limit {
+            return tally;
+        }
         let mut counted: FxMap<RunKey<'_>, Counted> = FxMap::default();
         let mut groups: Vec<(Group, bool)> = Vec::new();
         // Borrowed runs (idle-fill) sit outside every quota aggregate: a
@@ -420,8 +428,17 @@ impl Tally {
         tally
     }
 
+    /// Whether any QOS or account sets a limit, so that a placement
+    /// [`Tally::charge`]d counts anywhere.
+    pub fn books_any(&self) -> bool {
+        self.reg.any_limit
+    }
+
     /// Adds a placement the pass just made.
     pub fn charge(&mut self, placed: &Charge<'_>) {
+        if !self.reg.any_limit {
+            return;
+        }
         let who = Who {
             user: placed.user,
             account: placed.account,

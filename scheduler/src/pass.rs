@@ -1092,9 +1092,8 @@ fn try_job<'a>(
                 });
                 continue;
             };
-            let names = pool.names(&hosts);
-            let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
             if exact_nodes {
+                let name_refs = pool.name_refs(&hosts);
                 let exact = LimitRequest {
                     hosts: Some(&name_refs),
                     ..request
@@ -1218,7 +1217,7 @@ pub(crate) fn take_room(
 ) -> (Vec<String>, Resources) {
     let names = pool.names(hosts);
     let per_host = pool.take(shape, hosts, now_ms, job.duration_ms(), now_ms);
-    if let Some((account, qos)) = charge {
+    if let Some((account, qos)) = charge.filter(|_| tally.books_any()) {
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let partition_qos = partition.map(|p| p.qos.as_str()).filter(|q| !q.is_empty());
         tally.charge(&Charge {

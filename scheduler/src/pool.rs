@@ -586,9 +586,28 @@ impl<'a> Pool<'a> {
                 }
             }
         }
-        starts.sort_unstable();
+        if wanted == 0 || starts.len() < wanted {
+            return None;
+        }
+        // The candidates are tried in time order, and the first is mostly
+        // the one that wins: only the hosts at or before the `wanted`-th
+        // earliest start are sorted first (a selection finds them); the
+        // rest are sorted only when that candidate fails. Either way the
+        // order walked is the fully sorted one.
+        let (_, &mut (first_ms, _), _) = starts.select_nth_unstable(wanted - 1);
+        let mut by_first = wanted;
+        for k in wanted..starts.len() {
+            if starts[k].0 == first_ms {
+                starts.swap(k, by_first);
+                by_first += 1;
+            }
+        }
+        starts[..by_first].sort_unstable();
         let mut chosen: Vec<usize> = Vec::with_capacity(wanted);
-        for k in wanted.saturating_sub(1)..starts.len() {
+        for k in wanted - 1..starts.len() {
+            if k == by_first {
+                starts[by_first..].sort_unstable();
+            }
             let at_ms = starts[k].0;
             // Of a run of equal times only the last needs trying: where an
             // earlier one finds enough hosts, the first `wanted` that hold
@@ -776,6 +795,12 @@ impl<'a> Pool<'a> {
 
     pub fn names(&self, hosts: &[usize]) -> Vec<String> {
         hosts.iter().map(|&i| self.hosts[i].name.clone()).collect()
+    }
+
+    /// [`Pool::names`] borrowed from the snapshot, for a check that keeps
+    /// none of them.
+    pub fn name_refs(&self, hosts: &[usize]) -> Vec<&'a str> {
+        hosts.iter().map(|&i| self.hosts[i].name.as_str()).collect()
     }
 
     /// `hosts` (pool indexes) as indexes into the snapshot's hosts.

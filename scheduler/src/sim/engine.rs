@@ -867,22 +867,63 @@ fn run_tres(n: u64, per_host: Resources) -> TresAmounts {
     tres
 }
 
+/// How many hosts have at least so many CPUs free: counted by value where
+/// free CPUs take few values (a sort cost more than the rest of the check
+/// in a trace replay), else sorted.
+enum RoomyHosts {
+    /// `[c]`: hosts with at least `c` CPUs free.
+    AtLeast(Vec<usize>),
+    /// Free CPUs, most first.
+    Sorted(Vec<u32>),
+}
+
+impl RoomyHosts {
+    fn new(mut free_cpus: Vec<u32>) -> RoomyHosts {
+        let most = free_cpus.iter().copied().max().unwrap_or(0) as usize;
+        if most > 2 * free_cpus.len() + 64 {
+            free_cpus.sort_unstable_by(|a, b| b.cmp(a));
+            return RoomyHosts::Sorted(free_cpus);
+        }
+        let mut at_least = vec![0usize; most + 2];
+        for &c in &free_cpus {
+            at_least[c as usize] += 1;
+        }
+        for c in (0..=most).rev() {
+            at_least[c] += at_least[c + 1];
+        }
+        RoomyHosts::AtLeast(at_least)
+    }
+
+    fn with_at_least(&self, cpus: u32) -> usize {
+        match self {
+            RoomyHosts::AtLeast(at_least) => at_least.get(cpus as usize).copied().unwrap_or(0),
+            RoomyHosts::Sorted(free) => free.partition_point(|&c| c >= cpus),
+        }
+    }
+}
+
 impl Engine<'_> {
     /// A necessary condition for any start now: some pending job has, on
     /// one of its paths, enough up hosts whose free CPUs cover its per-host
     /// ask, and its ask is within the most any up host has free (idle
     /// hosts only, for an exclusive job). False means a pass would start
-    /// nothing. Costs one sort of the hosts and a binary search per job.
+    /// nothing. Costs one count of the hosts by free CPUs and a lookup per
+    /// job.
     fn some_job_may_fit(&self) -> bool {
         if self.pending.is_empty() {
             return false;
         }
-        let up = || self.world.hosts.iter().filter(|h| h.state == HostState::Up);
-        // Free CPUs of every up host, most first.
-        let mut free_cpus: Vec<u32> = up().map(|h| h.free().cpus).collect();
-        free_cpus.sort_unstable_by(|a, b| b.cmp(a));
-        let most_free = up().fold(Resources::default(), |m, h| m.component_max(h.free()));
-        let idle = up().filter(|h| h.allocated.is_zero()).count();
+        // One walk over the hosts: this runs at every instant of a replay.
+        let mut free_cpus = Vec::with_capacity(self.world.hosts.len());
+        let mut most_free = Resources::default();
+        let mut idle = 0usize;
+        for h in self.world.hosts.iter().filter(|h| h.state == HostState::Up) {
+            let free = h.free();
+            free_cpus.push(free.cpus);
+            most_free = most_free.component_max(free);
+            idle += usize::from(h.allocated.is_zero());
+        }
+        let roomy_hosts = RoomyHosts::new(free_cpus);
         self.pending.iter().any(|&(_, idx)| {
             self.input.jobs[idx].spec.paths().iter().any(|shape| {
                 let wanted = shape.hosts_needed();
@@ -890,8 +931,7 @@ impl Engine<'_> {
                     return idle >= wanted;
                 }
                 let need = shape.per_host;
-                let roomy = free_cpus.partition_point(|&c| c >= need.cpus);
-                roomy >= wanted && need.within(most_free)
+                roomy_hosts.with_at_least(need.cpus) >= wanted && need.within(most_free)
             })
         })
     }
@@ -1400,5 +1440,30 @@ fn stats_of(engine: &Engine, input: &SimInput, passes: u64) -> SimStats {
         } else {
             round6(busy_emu_s as f64 / emu_capacity as f64)
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RoomyHosts;
+
+    /// Both forms count what a plain count over the hosts does.
+    #[test]
+    fn roomy_hosts_count_alike_by_value_and_sorted() {
+        for free in [
+            vec![],
+            vec![0, 1, 1, 0, 1],
+            vec![4, 0, 2, 2, 7, 1],
+            vec![500, 3, 0],
+        ] {
+            let roomy = RoomyHosts::new(free.clone());
+            if free.contains(&500) {
+                assert!(matches!(roomy, RoomyHosts::Sorted(_)));
+            }
+            for cpus in 0..=600 {
+                let want = free.iter().filter(|&&c| c >= cpus).count();
+                assert_eq!(roomy.with_at_least(cpus), want, "{free:?} at least {cpus}");
+            }
+        }
     }
 }
