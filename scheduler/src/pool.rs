@@ -12,7 +12,7 @@ use crate::free_index::{FreeIndex, FreeKey};
 use crate::fxhash::{same_str, FxMap};
 use crate::layout::{HostClass, HostLayout};
 use crate::model::{Host, Resources};
-use crate::pass::{need_on, Shape, Snapshot};
+use crate::pass::{Shape, Snapshot};
 use crate::profile::{earliest_in, steps_of, Profile};
 
 /// What a static eligibility question is keyed on: the partition and the
@@ -348,13 +348,13 @@ impl Profiles {
 }
 
 /// `class`'s free-room keys ([`HostClass::key`]) in order, to build its
-/// index from. Free GPUs and CPUs are at most the class's totals, so where
+/// index from, with each host's free room now by pool index. Free GPUs and CPUs are at most the class's totals, so where
 /// those are few next to its hosts (a trace's 1-CPU hosts: two values) one
 /// counting pass orders them: members come in index order and it is
 /// stable. Else a comparison sort. Sorting was a twelfth of a trace
 /// replay.
-fn free_keys_sorted(class: &HostClass, hosts: &[&Host]) -> Vec<FreeKey> {
-    let keys = class.members.iter().map(|&i| class.key(hosts[i].free(), i));
+fn free_keys_sorted(class: &HostClass, free_now: &[Resources]) -> Vec<FreeKey> {
+    let keys = class.members.iter().map(|&i| class.key(free_now[i], i));
     let cpu_values = class.total.cpus as usize + 1;
     let gpu_values = if class.has_gpus {
         class.total.gpus as usize + 1
@@ -439,7 +439,7 @@ impl<'a> Pool<'a> {
         let free = layout
             .classes
             .iter()
-            .map(|class| FreeIndex::from_sorted(free_keys_sorted(class, &hosts)))
+            .map(|class| FreeIndex::from_sorted(free_keys_sorted(class, &profiles.free_now)))
             .collect();
         Pool {
             hosts,
@@ -576,10 +576,11 @@ impl<'a> Pool<'a> {
         // this function; each host's need is looked up again when tried.
         let mut starts: Vec<(u64, usize)> = Vec::with_capacity(self.hosts_in(classes));
         for &c in classes {
+            // A class's hosts have one inventory, so one need.
+            let Some(need) = self.class_need(c, shape) else {
+                continue;
+            };
             for &i in &self.layout.classes[c].members {
-                let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
-                    continue;
-                };
                 self.host_checks += 1;
                 if let Some(at_ms) = self.profiles.earliest(i, need, now_ms, duration_ms) {
                     starts.push((at_ms, i));
@@ -631,7 +632,7 @@ impl<'a> Pool<'a> {
                     begin -= 1;
                 }
                 for &(_, i) in &starts[begin..end] {
-                    let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
+                    let Some(need) = self.class_need(self.layout.class_of[i], shape) else {
                         continue;
                     };
                     if self
@@ -664,7 +665,7 @@ impl<'a> Pool<'a> {
         let until_ms = duration_ms.map(|d| from_ms.saturating_add(d));
         let mut first_need = Resources::default();
         for (n, &i) in hosts.iter().enumerate() {
-            let Some(need) = need_on(self.hosts[i], shape.per_host, shape.exclusive) else {
+            let Some(need) = self.class_need(self.layout.class_of[i], shape) else {
                 continue;
             };
             if n == 0 {
@@ -801,6 +802,21 @@ impl<'a> Pool<'a> {
     /// none of them.
     pub fn name_refs(&self, hosts: &[usize]) -> Vec<&'a str> {
         hosts.iter().map(|&i| self.hosts[i].name.as_str()).collect()
+    }
+
+    /// What `shape` takes on each host of class `c`: [`crate::pass::need_on`]
+    /// of any of them, as a class's hosts share one inventory (the layout's
+    /// invariant, checked every pass in debug builds).
+    fn class_need(&self, c: usize, shape: &Shape) -> Option<Resources> {
+        let total = self.layout.classes[c].total;
+        if !shape.per_host.within(total) {
+            return None;
+        }
+        Some(if shape.exclusive {
+            total
+        } else {
+            shape.per_host
+        })
     }
 
     /// `hosts` (pool indexes) as indexes into the snapshot's hosts.
