@@ -73,6 +73,8 @@ pub fn run_swf_with(
     // (line number, submit, run, procs, requested time, recorded wait or
     // -1 when the trace has none)
     let mut raw: Vec<(usize, u64, u64, u64, u64, i64)> = Vec::new();
+    // One buffer for every line's fields: a trace has tens of thousands.
+    let mut fields: Vec<&str> = Vec::with_capacity(SWF_FIELDS);
     for (n, line) in text.lines().enumerate() {
         let line_no = n + 1;
         let line = line.trim();
@@ -91,7 +93,8 @@ pub fn run_swf_with(
             }
             continue;
         }
-        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.clear();
+        fields.extend(line.split_whitespace());
         if fields.len() != SWF_FIELDS {
             return Err(line_err(
                 line_no,
