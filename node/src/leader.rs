@@ -493,7 +493,7 @@ mod tests {
             paths: vec![PathReservation {
                 path: 0,
                 start_ms: 0,
-                hosts: vec!["h1".into()],
+                hosts: vec![0],
             }],
         };
         let mut since = BTreeMap::new();

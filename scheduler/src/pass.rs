@@ -38,7 +38,7 @@ use crate::limits::{self, Charge, LimitHit, LimitRequest, Tally};
 use crate::model::{Host, JobId, Resources};
 use crate::multipath::{self, MultiPathCounters, MultiPathReservation, PathReservation};
 use crate::partition::Partition;
-use crate::pool::Pool;
+use crate::pool::{Classes, Pool};
 use crate::preempt::{PreemptCounters, PreemptPolicy, Preemptor};
 use crate::priority;
 use crate::qos::{Qos, TresKind};
@@ -500,7 +500,7 @@ enum Miss {
     /// Only free room is missing: the job can wait for it (a reservation).
     Room {
         path: usize,
-        classes: Vec<usize>,
+        classes: Classes,
         /// Its partition reserves on every alternative.
         all_paths: bool,
     },
@@ -724,7 +724,7 @@ fn schedule_with<'a>(
             let rooms: Vec<(usize, &[usize])> = misses
                 .iter()
                 .filter_map(|m| match m {
-                    Miss::Room { path, classes, .. } => Some((*path, classes.as_slice())),
+                    Miss::Room { path, classes, .. } => Some((*path, &**classes)),
                     _ => None,
                 })
                 .collect();
@@ -1003,10 +1003,14 @@ fn try_job<'a>(
             Vec::new(),
         );
     };
-    let partitions: Vec<Option<&'a Partition>> = if catalog.partitioned {
-        catalog.partitions_of(job).into_iter().map(Some).collect()
+    // Most sites, and every trace replay, have no partitions: no list is
+    // made for them.
+    let listed: Vec<Option<&'a Partition>>;
+    let partitions: &[Option<&'a Partition>] = if catalog.partitioned {
+        listed = catalog.partitions_of(job).into_iter().map(Some).collect();
+        &listed
     } else {
-        vec![None]
+        &[None]
     };
     if partitions.is_empty() {
         return (
@@ -1020,7 +1024,7 @@ fn try_job<'a>(
     let duration_ms = job.duration_ms();
     let fairshare = fairshare_of(account_name);
     let mut misses: Vec<Miss> = Vec::new();
-    for partition in partitions {
+    for &partition in partitions {
         let pname = partition.map(|p| p.name.as_str());
         let all_paths = partition.is_some_and(|p| p.reserve_all_alternatives);
         for (path, shape) in job.paths().iter().enumerate() {

@@ -413,6 +413,26 @@ fn first_step_with(
     None
 }
 
+/// Host classes (indexes into the layout's), as a shape's eligible ones
+/// are: mostly one class, held without a vector, since every job a pass
+/// looks at asks for its classes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Classes {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl std::ops::Deref for Classes {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        match self {
+            Classes::One(c) => std::slice::from_ref(c),
+            Classes::Many(cs) => cs,
+        }
+    }
+}
+
 impl<'a> Pool<'a> {
     /// A pool that builds its own [`HostLayout`].
     #[cfg(test)]
@@ -484,12 +504,16 @@ impl<'a> Pool<'a> {
 
     /// The classes whose hosts `shape` (of kind `kind`, from [`Pool::kind`])
     /// may run on and that could hold it if empty.
-    pub fn eligible_classes(&self, kind: u32, shape: &Shape) -> Vec<usize> {
-        self.kinds[kind as usize]
+    pub fn eligible_classes(&self, kind: u32, shape: &Shape) -> Classes {
+        let mut fit = self.kinds[kind as usize]
             .iter()
             .copied()
-            .filter(|&c| shape.per_host.within(self.layout.classes[c].total))
-            .collect()
+            .filter(|&c| shape.per_host.within(self.layout.classes[c].total));
+        match (fit.next(), fit.next()) {
+            (None, _) => Classes::Many(Vec::new()),
+            (Some(c), None) => Classes::One(c),
+            (Some(a), Some(b)) => Classes::Many([a, b].into_iter().chain(fit).collect()),
+        }
     }
 
     /// How many up hosts of `classes` there are.
