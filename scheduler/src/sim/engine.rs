@@ -914,16 +914,18 @@ impl Engine<'_> {
             return false;
         }
         // One walk over the hosts: this runs at every instant of a replay.
+        let up = || self.world.hosts.iter().filter(|h| h.state == HostState::Up);
         let mut free_cpus = Vec::with_capacity(self.world.hosts.len());
-        let mut most_free = Resources::default();
         let mut idle = 0usize;
-        for h in self.world.hosts.iter().filter(|h| h.state == HostState::Up) {
-            let free = h.free();
-            free_cpus.push(free.cpus);
-            most_free = most_free.component_max(free);
+        for h in up() {
+            free_cpus.push(h.inventory.cpus.saturating_sub(h.allocated.cpus));
             idle += usize::from(h.allocated.is_zero());
         }
         let roomy_hosts = RoomyHosts::new(free_cpus);
+        // The most of each resource any up host has free, walked for only
+        // when a job that passes the CPU count asks for more than CPUs (a
+        // trace's jobs never do).
+        let mut most_free: Option<Resources> = None;
         self.pending.iter().any(|&(_, idx)| {
             self.input.jobs[idx].spec.paths().iter().any(|shape| {
                 let wanted = shape.hosts_needed();
@@ -931,7 +933,17 @@ impl Engine<'_> {
                     return idle >= wanted;
                 }
                 let need = shape.per_host;
-                roomy_hosts.with_at_least(need.cpus) >= wanted && need.within(most_free)
+                if roomy_hosts.with_at_least(need.cpus) < wanted {
+                    return false;
+                }
+                // A host with `need.cpus` free exists (wanted >= 1).
+                if (Resources { cpus: 0, ..need }).is_zero() {
+                    return true;
+                }
+                let most = *most_free.get_or_insert_with(|| {
+                    up().fold(Resources::default(), |m, h| m.component_max(h.free()))
+                });
+                need.within(most)
             })
         })
     }
