@@ -505,14 +505,20 @@ impl<'a> Pool<'a> {
     /// The classes whose hosts `shape` (of kind `kind`, from [`Pool::kind`])
     /// may run on and that could hold it if empty.
     pub fn eligible_classes(&self, kind: u32, shape: &Shape) -> Classes {
-        let mut fit = self.kinds[kind as usize]
+        let kinds = &self.kinds[kind as usize];
+        let mut fit = kinds
             .iter()
             .copied()
             .filter(|&c| shape.per_host.within(self.layout.classes[c].total));
         match (fit.next(), fit.next()) {
             (None, _) => Classes::Many(Vec::new()),
             (Some(c), None) => Classes::One(c),
-            (Some(a), Some(b)) => Classes::Many([a, b].into_iter().chain(fit).collect()),
+            (Some(a), Some(b)) => {
+                let mut many = Vec::with_capacity(kinds.len());
+                many.extend([a, b]);
+                many.extend(fit);
+                Classes::Many(many)
+            }
         }
     }
 
