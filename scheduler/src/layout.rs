@@ -244,6 +244,29 @@ mod tests {
         h
     }
 
+    /// The name index answers for the hosts it was made from, and a name
+    /// it holds for another host (hosts renamed under a kept layout) is
+    /// checked and searched for instead of believed.
+    #[test]
+    fn a_kept_layout_finds_hosts_by_name_and_never_believes_a_stale_entry() {
+        let snapshot = Snapshot {
+            hosts: vec![host("n1", &[]), host("n2", &[]), host("n3", &[])],
+            ..Snapshot::default()
+        };
+        let layout = HostLayout::new(&snapshot);
+        let hosts: Vec<&Host> = snapshot.hosts.iter().collect();
+        assert_eq!(layout.find(&hosts, "n2"), Some(1));
+        assert_eq!(layout.find(&hosts, "n9"), None);
+        let renamed = Snapshot {
+            hosts: vec![host("m1", &[]), host("n1", &[]), host("n2", &[])],
+            ..Snapshot::default()
+        };
+        let hosts: Vec<&Host> = renamed.hosts.iter().collect();
+        assert_eq!(layout.find(&hosts, "n2"), Some(2));
+        assert_eq!(layout.find(&hosts, "n1"), Some(1));
+        assert_eq!(layout.find(&hosts, "n3"), None);
+    }
+
     #[test]
     fn hosts_listing_features_in_another_order_share_a_class() {
         let snapshot = Snapshot {

@@ -393,12 +393,13 @@ impl Tally {
             held: HashMap::default(),
             occupied: HashMap::default(),
         };
-        // Running jobs of one (user, account, QOS, partition) count in the
-        // same groups: the names are resolved and the account tree walked
-        // once per such key (a few hundred), not once per job (thousands).
+        // Without a limit anywhere no job counts in any group.
         if !tally.reg.any_limit {
             return tally;
         }
+        // Running jobs of one (user, account, QOS, partition) count in the
+        // same groups: the names are resolved and the account tree walked
+        // once per such key (a few hundred), not once per job (thousands).
         let mut counted: FxMap<RunKey<'_>, Counted> = FxMap::default();
         let mut groups: Vec<(Group, bool)> = Vec::new();
         // Borrowed runs (idle-fill) sit outside every quota aggregate: a

@@ -348,11 +348,11 @@ impl Profiles {
 }
 
 /// `class`'s free-room keys ([`HostClass::key`]) in order, to build its
-/// index from, with each host's free room now by pool index. Free GPUs and CPUs are at most the class's totals, so where
-/// those are few next to its hosts (a trace's 1-CPU hosts: two values) one
-/// counting pass orders them: members come in index order and it is
-/// stable. Else a comparison sort. Sorting was a twelfth of a trace
-/// replay.
+/// index from, given each host's free room now by pool index. Free GPUs
+/// and CPUs are at most the class's totals, so where those are few next to
+/// its hosts (a trace's 1-CPU hosts: two values) one counting pass orders
+/// them: members come in index order and it is stable. Else a comparison
+/// sort. Sorting was a twelfth of a trace replay.
 fn free_keys_sorted(class: &HostClass, free_now: &[Resources]) -> Vec<FreeKey> {
     let keys = class.members.iter().map(|&i| class.key(free_now[i], i));
     let cpu_values = class.total.cpus as usize + 1;
