@@ -50,6 +50,12 @@ impl PartialEq for NameIndex {
 
 impl Eq for NameIndex {}
 
+/// The index of the host named `name` in `hosts`, which are in name order
+/// (a pool's hosts), by binary search.
+pub(crate) fn search_by_name(hosts: &[&Host], name: &str) -> Option<usize> {
+    hosts.binary_search_by(|h| h.name.as_str().cmp(name)).ok()
+}
+
 /// Hosts with the same static attributes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct HostClass {
@@ -209,7 +215,7 @@ impl HostLayout {
             // Not an up host; or the index was made from other names than
             // these hosts' (hosts renamed under a kept layout), which the
             // search in name order does not depend on.
-            _ => hosts.binary_search_by(|h| h.name.as_str().cmp(name)).ok(),
+            _ => search_by_name(hosts, name),
         }
     }
 

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use crate::fit::eligible;
 use crate::free_index::{FreeIndex, FreeKey};
 use crate::fxhash::{same_str, FxMap};
-use crate::layout::{HostClass, HostLayout};
+use crate::layout::{search_by_name, HostClass, HostLayout};
 use crate::model::{Host, Resources};
 use crate::pass::{Shape, Snapshot};
 use crate::profile::{earliest_in, steps_of, Profile};
@@ -164,10 +164,10 @@ impl Profiles {
                 let found = match (next.and_then(|n| hosts.get(n)), &index) {
                     (Some(h), _) if h.name == *host => next,
                     (_, Some(index)) => index.get(host.as_str()).copied(),
-                    _ if kept.is_some() => kept.and_then(|l| l.find(hosts, host)),
-                    (_, None) => hosts
-                        .binary_search_by(|h| h.name.as_str().cmp(host.as_str()))
-                        .ok(),
+                    (_, None) => match kept {
+                        Some(layout) => layout.find(hosts, host),
+                        None => search_by_name(hosts, host),
+                    },
                 };
                 if let Some(i) = found {
                     placed.push((i, end_ms, job.per_host));
@@ -546,12 +546,10 @@ impl<'a> Pool<'a> {
         let wanted = shape.hosts_needed();
         let mut chosen = Vec::with_capacity(wanted);
         for &c in classes {
-            let class = &self.layout.classes[c];
-            let need = if shape.exclusive {
-                class.total
-            } else {
-                shape.per_host
+            let Some(need) = self.class_need(c, shape) else {
+                continue;
             };
+            let class = &self.layout.classes[c];
             let from = if class.has_gpus {
                 (need.gpus, 0, 0)
             } else {
@@ -568,11 +566,7 @@ impl<'a> Pool<'a> {
                 // `fits` on an up host: the check `apply` repeats. First, as
                 // it is cheap and the index orders hosts by GPUs and CPUs
                 // only: many a host it offers lacks memory now.
-                let free_now = self.hosts[i]
-                    .inventory
-                    .resources()
-                    .saturating_sub(self.allocated[i]);
-                if !need.within(free_now) {
+                if !need.within(self.free_physical(i)) {
                     continue;
                 }
                 if !self.profiles.holds(i, need, now_ms, duration_ms) {
@@ -733,9 +727,7 @@ impl<'a> Pool<'a> {
 
     /// The index of the up host named `name`.
     pub fn index_of(&self, name: &str) -> Option<usize> {
-        self.hosts
-            .binary_search_by(|h| h.name.as_str().cmp(name))
-            .ok()
+        search_by_name(&self.hosts, name)
     }
 
     /// What host `i` has allocated now, this pass's placements included.
