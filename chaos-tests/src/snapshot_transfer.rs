@@ -18,8 +18,9 @@
 //! id counters, every hundredth record (compared as JSON) and a digest over
 //! every job, host and request id must be equal.
 //!
-//! What is measured: the in-process snapshot build (the code the leader
-//! runs), the snapshot's size, the time from `AddLearner` until the learner
+//! What is measured: the snapshot's serialization in-process (the code a
+//! leader runs when it sends one: the state machine's tables read as of a
+//! pinned RocksDB snapshot and written out as JSON), the snapshot's size, the time from `AddLearner` until the learner
 //! has applied the leader's index, the learner's install time (from its
 //! `snapshot installed` log line), each process's peak RSS (`VmHWM`), and
 //! each store's bytes on disk.
@@ -71,10 +72,11 @@ fn step(what: &'static str) -> impl Fn(String) -> DrillError {
 pub struct TransferReport {
     pub jobs: u64,
     pub generate: Duration,
-    /// The snapshot build run in-process on the generated store: the code
-    /// a leader runs (`build_snapshot`: one RocksDB snapshot serialized,
-    /// then stored), at release speed when the drill is built --release.
-    pub build: Duration,
+    /// The snapshot serialized in-process from the generated store: the
+    /// code a leader runs before it sends one (building a snapshot only
+    /// pins the state and records its metadata), at release speed when the
+    /// drill is built --release.
+    pub serialize: Duration,
     pub snapshot_bytes: u64,
     /// From the `AddLearner` call until the learner has applied the
     /// leader's last index: chunked transfer plus install plus the
@@ -107,8 +109,8 @@ impl std::fmt::Display for TransferReport {
         )?;
         writeln!(
             f,
-            "snapshot build      {:.2} s, {} bytes ({:.1} MiB, {:.0} bytes/job)",
-            self.build.as_secs_f64(),
+            "snapshot serialize  {:.2} s, {} bytes ({:.1} MiB, {:.0} bytes/job)",
+            self.serialize.as_secs_f64(),
             self.snapshot_bytes,
             mib(self.snapshot_bytes),
             self.snapshot_bytes as f64 / self.jobs.max(1) as f64
@@ -168,7 +170,7 @@ fn submit_entry(index: u64) -> Entry<TypeConfig> {
 }
 
 /// Builds a store of `jobs` submitted jobs under `path`, builds its
-/// snapshot (timed), and writes the state as a backup file `backup_file`.
+/// snapshot and serializes it (timed), and writes the state as a backup file `backup_file`.
 async fn generate(
     path: &Path,
     jobs: u64,
@@ -196,9 +198,13 @@ async fn generate(
         .build_snapshot()
         .await
         .map_err(|e| step("building the snapshot")(e.to_string()))?;
-    let build = started.elapsed();
-    let snapshot_bytes = snapshot.snapshot.get_ref().len() as u64;
-    drop(snapshot);
+    let snapshot_bytes = snapshot
+        .snapshot
+        .into_bytes()
+        .await
+        .map_err(|e| step("serializing the snapshot")(e.to_string()))?
+        .len() as u64;
+    let serialize = started.elapsed();
 
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -207,7 +213,7 @@ async fn generate(
     let bytes = backup.to_bytes()?;
     std::fs::write(backup_file, bytes)
         .map_err(|e| step("writing the backup file")(e.to_string()))?;
-    Ok((generate, build, snapshot_bytes))
+    Ok((generate, serialize, snapshot_bytes))
 }
 
 /// The pid of the berthd started with `config` (its command line names the
@@ -369,7 +375,7 @@ pub async fn run(
     std::fs::create_dir_all(dir).map_err(HarnessError::Io)?;
     let generated = dir.join("generated");
     let backup_file = dir.join("state.backup");
-    let (generate_time, build, snapshot_bytes) =
+    let (generate_time, serialize, snapshot_bytes) =
         generate(&generated.join("raft"), jobs, &backup_file).await?;
     // Only the backup file is needed from here on; free the disk.
     let _ = std::fs::remove_dir_all(&generated);
@@ -497,7 +503,7 @@ pub async fn run(
     Ok(TransferReport {
         jobs,
         generate: generate_time,
-        build,
+        serialize,
         snapshot_bytes,
         catch_up,
         install_ms,

@@ -104,10 +104,9 @@ pub fn render(r: &CheckReport) -> String {
         Some(snap) => {
             let _ = writeln!(
                 s,
-                "snapshot        {} (up to {}), {} bytes",
+                "snapshot        {} (up to {})",
                 snap.snapshot_id,
-                or_none(snap.last_log_id),
-                snap.data_bytes
+                or_none(snap.last_log_id)
             );
         }
         None => {

@@ -51,19 +51,16 @@
 //! restore leaves the target as it was.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Cursor, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
-use openraft::{
-    BasicNode, CommittedLeaderId, LogId, Membership, RaftSnapshotBuilder, SnapshotMeta,
-    StoredMembership,
-};
+use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 use crate::state::SmData;
 use crate::store::{store_path, FORMAT_VERSION};
-use crate::{NodeId, StoreError};
+use crate::{NodeId, SnapshotData, StoreError};
 
 /// The first bytes of every backup file.
 pub const BACKUP_MAGIC: &[u8; 8] = b"BERTHBAK";
@@ -528,7 +525,10 @@ fn build_restored(
         runtime.block_on(async {
             handles
                 .state_machine
-                .install_snapshot(&meta, Box::new(Cursor::new(backup.data.clone())))
+                .install_snapshot(
+                    &meta,
+                    Box::new(SnapshotData::from_bytes(backup.data.clone())),
+                )
                 .await
                 .map_err(|e| failed("installing the state", &e))?;
             handles
@@ -541,16 +541,6 @@ fn build_restored(
                 .save_committed(Some(log_id))
                 .await
                 .map_err(|e| failed("writing the committed log id", &e))?;
-            // The installed snapshot's bytes still name the old cluster's
-            // log id and membership inside; build it anew from the
-            // restored tables so it says what the store says.
-            handles
-                .state_machine
-                .get_snapshot_builder()
-                .await
-                .build_snapshot()
-                .await
-                .map_err(|e| failed("building the snapshot", &e))?;
             Ok::<(), BackupError>(())
         })?;
     }

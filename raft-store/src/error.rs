@@ -42,6 +42,8 @@ pub enum StoreError {
     },
     #[error("the store at {path} is corrupt: {detail}")]
     Corrupt { path: PathBuf, detail: String },
+    #[error("cannot pin the state for a snapshot: {0}")]
+    SnapshotPin(String),
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),
     #[error("encoding: {0}")]

@@ -6,6 +6,8 @@
 //! - [`policy`]: the replicated policy objects (QOS, accounts, users,
 //!   partitions) and usage, and how a change to them is validated.
 //! - [`store`]: the RocksDB layout, log storage and state-machine storage.
+//! - [`snapshot_data`]: a Raft snapshot's bytes, serialized from the
+//!   store's tables only when a follower needs them.
 //! - [`check`]: read-only verification of a store (`berthd store check`).
 //! - [`backup`]: the backup file (`berth admin backup`) and restoring one
 //!   into a new store (`berthd store restore`).
@@ -21,6 +23,7 @@ pub mod check;
 pub mod command;
 pub mod error;
 pub mod policy;
+pub mod snapshot_data;
 pub mod state;
 pub mod store;
 
@@ -28,6 +31,7 @@ pub use backup::{Backup, BackupError, BackupHeader};
 pub use check::{check, CheckReport};
 pub use command::{Command, JobAction, JobUpdate, Request, Response, COMMAND_VERSION};
 pub use error::StoreError;
+pub use snapshot_data::SnapshotData;
 pub use state::{
     HostRecord, JobEvent, JobRecord, PassInput, SharedState, SignalRequest, SmState, StepRecord,
     StepReport, HOST_DRAIN_REASON_BYTES_MAX, HOST_STEP_ADDR_BYTES_MAX, SIGNALS_PER_JOB_MAX,
@@ -46,7 +50,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = std::io::Cursor<Vec<u8>>,
+        SnapshotData = snapshot_data::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -5,8 +5,8 @@
 //!   format version;
 //! - `logs`: Raft log entries keyed by big-endian index;
 //! - `sm_meta`: state-machine metadata (last applied, membership, id
-//!   counters) and the current snapshot (its metadata and its bytes under
-//!   two keys, written in one batch);
+//!   counters) and the metadata of the last snapshot built or installed
+//!   (a snapshot's bytes are never stored: see [`crate::snapshot_data`]);
 //! - `sm_jobs`, `sm_hosts`, `sm_requests`: the state machine's tables.
 //!
 //! Every write that openraft relies on for durability is a `WriteBatch`
@@ -26,7 +26,6 @@
 //! nothing at all: an unsynced write is in the kernel once `write` returns.
 
 use std::fmt::Debug;
-use std::io::Cursor;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -39,6 +38,11 @@ use openraft::{
 use rocksdb::{
     ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
 };
+
+use crate::snapshot_data::{self, SnapshotData};
+
+/// A RocksDB snapshot of the store: reads as of one sequence number.
+pub(crate) type RocksSnapshot<'a> = rocksdb::SnapshotWithThreadMode<'a, DB>;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -57,7 +61,9 @@ use crate::{NodeId, TypeConfig};
 /// - 2: the snapshot's metadata under `sm_meta/snapshot_meta` and its raw
 ///   bytes under `sm_meta/snapshot_data`, so a large snapshot is stored as
 ///   is instead of inflated about fourfold.
-pub const FORMAT_VERSION: u32 = 2;
+/// - 3: the snapshot's metadata only: its bytes are serialized from the
+///   state-machine tables when a follower needs them.
+pub const FORMAT_VERSION: u32 = 3;
 
 pub(crate) const CF_META: &str = "meta";
 pub(crate) const CF_LOGS: &str = "logs";
@@ -92,7 +98,8 @@ pub(crate) const KEY_USAGE: &[u8] = b"usage";
 /// Format 1's snapshot key; migrated away at open.
 const KEY_SNAPSHOT_V1: &[u8] = b"snapshot";
 pub(crate) const KEY_SNAPSHOT_META: &[u8] = b"snapshot_meta";
-pub(crate) const KEY_SNAPSHOT_DATA: &[u8] = b"snapshot_data";
+/// Format 2's snapshot bytes; migrated away at open.
+pub(crate) const KEY_SNAPSHOT_DATA_V2: &[u8] = b"snapshot_data";
 
 /// Exclusive upper bound of every state-machine key: job keys are 8-byte
 /// big-endian ids and 0xFF never occurs in UTF-8 strings, so
@@ -303,21 +310,21 @@ fn check_format(db: &DB, path: &Path) -> Result<(), StoreError> {
     }
 }
 
-/// Format 1's snapshot, as it was stored.
+/// Format 1's snapshot, as it was stored (its bytes are not read).
 #[derive(Deserialize)]
 struct StoredSnapshotV1 {
     meta: SnapshotMeta<NodeId, BasicNode>,
-    data: Vec<u8>,
 }
 
 /// Brings an older store to [`FORMAT_VERSION`] in one synced batch, so a
-/// crash leaves either the old layout or the new one.
+/// crash leaves either the old layout or the new one. The stored snapshot
+/// keeps its metadata and loses its bytes, which the tables hold anyway.
 fn migrate(db: &DB, path: &Path, from: u32) -> Result<(), StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {
         path: path.to_path_buf(),
         detail,
     };
-    if from != 1 {
+    if from != 1 && from != 2 {
         return Err(corrupt(format!("unknown format version {from}")));
     }
     let sm_meta = cf(db, CF_SM_META);
@@ -326,9 +333,9 @@ fn migrate(db: &DB, path: &Path, from: u32) -> Result<(), StoreError> {
         let old: StoredSnapshotV1 =
             decode(&bytes).map_err(|e| corrupt(format!("format 1 snapshot unreadable: {e}")))?;
         batch.put_cf(sm_meta, KEY_SNAPSHOT_META, encode(&old.meta)?);
-        batch.put_cf(sm_meta, KEY_SNAPSHOT_DATA, &old.data);
         batch.delete_cf(sm_meta, KEY_SNAPSHOT_V1);
     }
+    batch.delete_cf(sm_meta, KEY_SNAPSHOT_DATA_V2);
     batch.put_cf(cf(db, CF_META), KEY_FORMAT, encode(&FORMAT_VERSION)?);
     db.write_opt(batch, &synced())?;
     tracing::info!(path = %path.display(), from, to = FORMAT_VERSION, "store format migrated");
@@ -780,17 +787,48 @@ fn write_sm_meta(
 /// runs. Records are copied as stored (they are already JSON), checked only
 /// for well-formedness, which is much cheaper than decoding them.
 pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
-    let snap = db.snapshot();
+    serialize_state_at(db, &db.snapshot())
+}
+
+/// The state machine's last applied log id and membership: what a
+/// snapshot of it says in its metadata.
+pub(crate) struct AppliedMeta {
+    pub last_applied: Option<LogId<NodeId>>,
+    pub membership: StoredMembership<NodeId, BasicNode>,
+}
+
+/// The state machine's [`AppliedMeta`] as of `snap`.
+pub(crate) fn read_applied_at(
+    db: &DB,
+    snap: &RocksSnapshot<'_>,
+) -> Result<AppliedMeta, StoreError> {
     let sm_meta = cf(db, CF_SM_META);
-    let get = |key: &[u8]| snap.get_cf(sm_meta, key);
-    let last_applied: Option<LogId<NodeId>> = match get(KEY_LAST_APPLIED)? {
+    let last_applied: Option<LogId<NodeId>> = match snap.get_cf(sm_meta, KEY_LAST_APPLIED)? {
         Some(v) => decode(&v)?,
         None => None,
     };
-    let membership: StoredMembership<NodeId, BasicNode> = match get(KEY_MEMBERSHIP)? {
-        Some(v) => decode(&v)?,
-        None => StoredMembership::default(),
-    };
+    let membership: StoredMembership<NodeId, BasicNode> =
+        match snap.get_cf(sm_meta, KEY_MEMBERSHIP)? {
+            Some(v) => decode(&v)?,
+            None => StoredMembership::default(),
+        };
+    Ok(AppliedMeta {
+        last_applied,
+        membership,
+    })
+}
+
+/// [`serialize_state`] as of `snap`, a RocksDB snapshot of `db`.
+pub(crate) fn serialize_state_at(
+    db: &DB,
+    snap: &RocksSnapshot<'_>,
+) -> Result<SerializedState, StoreError> {
+    let sm_meta = cf(db, CF_SM_META);
+    let get = |key: &[u8]| snap.get_cf(sm_meta, key);
+    let AppliedMeta {
+        last_applied,
+        membership,
+    } = read_applied_at(db, snap)?;
     let counters: Counters = match get(KEY_COUNTERS)? {
         Some(v) => decode(&v)?,
         None => Counters::default(),
@@ -893,59 +931,65 @@ fn stored_snapshot_meta(db: &DB) -> Result<Option<SnapshotMeta<NodeId, BasicNode
     }
 }
 
-/// Builds a snapshot and stores it as the current one unless a newer one
-/// (installed meanwhile) is stored already. Blocking: run off the async
+/// The state as of now, pinned, as a snapshot: its metadata read now, its
+/// bytes made when first read (see [`crate::snapshot_data`]).
+fn pinned_snapshot(db: &Arc<DB>) -> Result<Snapshot<TypeConfig>, StoreError> {
+    let (pinned_meta, pinned) = snapshot_data::pin(db.clone())?;
+    Ok(Snapshot {
+        meta: SnapshotMeta {
+            last_log_id: pinned_meta.last_applied,
+            last_membership: pinned_meta.membership,
+            snapshot_id: snapshot_id(pinned_meta.last_applied),
+        },
+        snapshot: Box::new(SnapshotData::pinned(pinned)),
+    })
+}
+
+/// Builds a snapshot: pins the state as it is and records its metadata as
+/// the current snapshot's, unless a newer one (installed meanwhile) is
+/// recorded already. The record is a synced write: openraft purges the
+/// log up to the snapshot next, and the sync makes every apply batch up to
+/// it durable first (they share the WAL). Blocking: run off the async
 /// threads.
-fn build_and_store_snapshot(
-    db: &DB,
+fn build_snapshot_now(
+    db: &Arc<DB>,
     snapshot_lock: &Mutex<()>,
-) -> Result<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>), StoreError> {
+) -> Result<Snapshot<TypeConfig>, StoreError> {
     let started = std::time::Instant::now();
-    let state = serialize_state(db)?;
-    let meta = SnapshotMeta {
-        last_log_id: state.last_applied,
-        last_membership: state.membership,
-        snapshot_id: snapshot_id(state.last_applied),
-    };
+    let snapshot = pinned_snapshot(db)?;
     // A poisoned lock only means another snapshot write panicked; the
-    // stored snapshot is still whole (it is written in one batch).
+    // stored metadata is one value, whole either way.
     let _guard = snapshot_lock.lock().unwrap_or_else(|p| p.into_inner());
-    let newer_stored = stored_snapshot_meta(db)?.is_some_and(|m| m.last_log_id > meta.last_log_id);
+    let newer_stored =
+        stored_snapshot_meta(db)?.is_some_and(|m| m.last_log_id > snapshot.meta.last_log_id);
     if !newer_stored {
-        let sm_meta = cf(db, CF_SM_META);
         let mut batch = WriteBatch::default();
-        batch.put_cf(sm_meta, KEY_SNAPSHOT_META, encode(&meta)?);
-        batch.put_cf(sm_meta, KEY_SNAPSHOT_DATA, &state.bytes);
+        batch.put_cf(
+            cf(db, CF_SM_META),
+            KEY_SNAPSHOT_META,
+            encode(&snapshot.meta)?,
+        );
         db.write_opt(batch, &synced())?;
     }
-    // Read by operators and by `berth-drill snapshot-transfer`, which
-    // reports build times from this line.
     tracing::info!(
-        snapshot_id = %meta.snapshot_id,
-        jobs = state.jobs,
-        bytes = state.bytes.len(),
+        snapshot_id = %snapshot.meta.snapshot_id,
         elapsed_ms = started.elapsed().as_millis() as u64,
         "snapshot built"
     );
-    Ok((meta, state.bytes))
+    Ok(snapshot)
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachineStore {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
         let db = self.db.clone();
         let lock = self.snapshot_lock.clone();
-        // Serializing a large state takes seconds of CPU and disk; keep it
-        // off the async worker threads.
-        let built = tokio::task::spawn_blocking(move || build_and_store_snapshot(&db, &lock))
+        // A thread start and a synced write: quick, but blocking.
+        let built = tokio::task::spawn_blocking(move || build_snapshot_now(&db, &lock))
             .await
             .map_err(|e| {
                 StorageIOError::write_snapshot(None, &std::io::Error::other(e.to_string()))
             })?;
-        let (meta, bytes) = built.map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        Ok(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(bytes)),
-        })
+        built.map_err(|e| StorageIOError::write_snapshot(None, &e).into())
     }
 }
 
@@ -991,19 +1035,22 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<SnapshotData>> {
+        Ok(Box::new(SnapshotData::from_bytes(Vec::new())))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> StorageResult<()> {
         let started = std::time::Instant::now();
-        let bytes = snapshot.into_inner();
-        let bytes_len = bytes.len();
         let signature = Some(meta.signature());
+        let bytes = snapshot
+            .into_bytes()
+            .await
+            .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
+        let bytes_len = bytes.len();
         let mut data: SmData =
             decode(&bytes).map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
         data.last_applied = meta.last_log_id;
@@ -1032,7 +1079,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             }
             write_sm_meta(batch, &self.db, &data, true)?;
             batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT_META, encode(meta)?);
-            batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT_DATA, &bytes);
             Ok(())
         };
         fill(&mut batch).map_err(to_io)?;
@@ -1071,23 +1117,18 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
-        // Metadata and bytes from one RocksDB snapshot, so they belong
-        // together even while a build stores a new one.
-        let read = || -> Result<Option<Snapshot<TypeConfig>>, StoreError> {
-            let snap = self.db.snapshot();
-            let sm_meta = cf(&self.db, CF_SM_META);
-            let (Some(meta), Some(data)) = (
-                snap.get_cf(sm_meta, KEY_SNAPSHOT_META)?,
-                snap.get_cf(sm_meta, KEY_SNAPSHOT_DATA)?,
-            ) else {
+        // Until a snapshot is built or installed there is none, and
+        // openraft keeps the whole log. After that, the current snapshot
+        // is the state as it is now, pinned: at or past the recorded one,
+        // and always whole, since the tables hold the state after exactly
+        // one apply batch.
+        let current = || -> Result<Option<Snapshot<TypeConfig>>, StoreError> {
+            if stored_snapshot_meta(&self.db)?.is_none() {
                 return Ok(None);
-            };
-            Ok(Some(Snapshot {
-                meta: decode(&meta)?,
-                snapshot: Box::new(Cursor::new(data)),
-            }))
+            }
+            pinned_snapshot(&self.db).map(Some)
         };
-        read().map_err(|e| StorageIOError::read_snapshot(None, &e).into())
+        current().map_err(|e| StorageIOError::read_snapshot(None, &e).into())
     }
 }
 

@@ -8,7 +8,7 @@
 //!
 //! Usage: berth-snapshot-installer DIR FILE
 
-use std::io::{Cursor, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -31,7 +31,10 @@ async fn install(dir: &Path, file: &Path) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     store
         .state_machine
-        .install_snapshot(&meta, Box::new(Cursor::new(backup.data)))
+        .install_snapshot(
+            &meta,
+            Box::new(berth_raft_store::SnapshotData::from_bytes(backup.data)),
+        )
         .await
         .map_err(|e| e.to_string())?;
     writeln!(out, "INSTALLED")

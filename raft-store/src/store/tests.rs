@@ -427,17 +427,58 @@ fn format_1_snapshot_is_migrated() {
             .expect("put");
     }
     let mut handles = open(dir.path()).expect("a format 1 store opens");
-    let snapshot = runtime()
-        .block_on(handles.state_machine.get_current_snapshot())
-        .expect("read")
-        .expect("the snapshot survived migration");
-    assert_eq!(snapshot.meta, meta);
-    assert_eq!(snapshot.snapshot.into_inner(), b"{\"payload\":1}".to_vec());
     let db = handles.log.db.clone();
+    assert_eq!(
+        stored_snapshot_meta(&db).expect("read"),
+        Some(meta),
+        "the snapshot's metadata survived migration"
+    );
     assert!(db
         .get_cf(cf(&db, CF_SM_META), KEY_SNAPSHOT_V1)
         .expect("get")
         .is_none());
+    // Its bytes did not: the current snapshot is the tables' state.
+    let snapshot = runtime()
+        .block_on(handles.state_machine.get_current_snapshot())
+        .expect("read")
+        .expect("a snapshot");
+    let applied = handles.state.read().expect("lock").data.last_applied;
+    assert_eq!(snapshot.meta.last_log_id, applied);
+}
+
+#[test]
+fn format_2_snapshot_bytes_are_dropped() {
+    let dir = TempDir::new().expect("tempdir");
+    let meta = SnapshotMeta {
+        last_log_id: Some(log_id(1, 4)),
+        last_membership: StoredMembership::default(),
+        snapshot_id: "1-1-4".into(),
+    };
+    {
+        let handles = populated(dir.path(), 3);
+        let db = handles.log.db.clone();
+        let sm_meta = cf(&db, CF_SM_META);
+        db.put_cf(sm_meta, KEY_SNAPSHOT_META, encode(&meta).expect("enc"))
+            .expect("put");
+        db.put_cf(sm_meta, KEY_SNAPSHOT_DATA_V2, b"{}")
+            .expect("put");
+        db.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&2u32).expect("enc"))
+            .expect("put");
+    }
+    let handles = open(dir.path()).expect("a format 2 store opens");
+    let db = handles.log.db.clone();
+    assert_eq!(stored_snapshot_meta(&db).expect("read"), Some(meta));
+    assert!(db
+        .get_cf(cf(&db, CF_SM_META), KEY_SNAPSHOT_DATA_V2)
+        .expect("get")
+        .is_none());
+    let format: u32 = decode(
+        &db.get_cf(cf(&db, CF_META), KEY_FORMAT)
+            .expect("get")
+            .expect("format"),
+    )
+    .expect("dec");
+    assert_eq!(format, FORMAT_VERSION);
 }
 
 // ---- snapshots ------------------------------------------------------------
@@ -454,12 +495,20 @@ fn snapshot_round_trip(jobs: u64) {
         snapshot.meta.last_log_id,
         source.state.read().expect("lock").data.last_applied
     );
-    let stored = rt
+    let current = rt
         .block_on(source.state_machine.get_current_snapshot())
         .expect("read")
-        .expect("stored");
-    assert_eq!(stored.meta, snapshot.meta);
-    assert_eq!(stored.snapshot.get_ref(), snapshot.snapshot.get_ref());
+        .expect("a snapshot once one is built");
+    assert_eq!(
+        current.meta, snapshot.meta,
+        "nothing applied since the build"
+    );
+    let current_bytes = rt.block_on(current.snapshot.into_bytes()).expect("bytes");
+    let backup = source.state_machine.backup(0).expect("backup");
+    assert_eq!(
+        current_bytes, backup.data,
+        "a snapshot's bytes are a backup's"
+    );
 
     let mut target = open(target_dir.path()).expect("open target");
     rt.block_on(
@@ -508,8 +557,53 @@ fn apply_goes_on_while_a_snapshot_is_built() {
         .expect("build");
     drop(guard);
     assert_eq!(snapshot.meta.last_log_id, before);
-    let data: SmData = decode(snapshot.snapshot.get_ref()).expect("decode");
+    let bytes = rt.block_on(snapshot.snapshot.into_bytes()).expect("bytes");
+    let data: SmData = decode(&bytes).expect("decode");
     assert_eq!(data.jobs.len(), 2_000);
+}
+
+#[test]
+fn a_snapshot_reads_as_of_its_metadata_whatever_is_applied_after() {
+    // Its bytes are made when first read; what is applied between the
+    // pin and the read must not be in them, or a follower installing them
+    // under this metadata would apply those entries twice.
+    let dir = TempDir::new().expect("tempdir");
+    let mut handles = populated(dir.path(), 20);
+    let rt = runtime();
+    let snapshot = rt
+        .block_on(handles.state_machine.get_current_snapshot())
+        .expect("read");
+    assert!(snapshot.is_none(), "no snapshot before one is built");
+    let built = rt
+        .block_on(handles.state_machine.build_snapshot())
+        .expect("build");
+    let current = rt
+        .block_on(handles.state_machine.get_current_snapshot())
+        .expect("read")
+        .expect("a snapshot");
+    let pinned_at = current.meta.last_log_id.expect("applied").index;
+    rt.block_on(async {
+        let more: Vec<_> = (1..=5)
+            .map(|n| entry(pinned_at + n, submit(&format!("later-{n}"))))
+            .collect();
+        handles.log.append_durable(more.clone()).expect("append");
+        handles.state_machine.apply(more).await.expect("apply");
+    });
+    assert_eq!(handles.state.read().expect("lock").data.jobs.len(), 25);
+    for snapshot in [built, current] {
+        let bytes = rt.block_on(snapshot.snapshot.into_bytes()).expect("bytes");
+        let data: SmData = decode(&bytes).expect("decode");
+        assert_eq!(data.jobs.len(), 20);
+        assert_eq!(data.last_applied, snapshot.meta.last_log_id);
+    }
+    // A snapshot asked for now is the newer state, under newer metadata.
+    let now = rt
+        .block_on(handles.state_machine.get_current_snapshot())
+        .expect("read")
+        .expect("a snapshot");
+    assert_eq!(now.meta.last_log_id.map(|l| l.index), Some(pinned_at + 5));
+    let bytes = rt.block_on(now.snapshot.into_bytes()).expect("bytes");
+    assert_eq!(decode::<SmData>(&bytes).expect("decode").jobs.len(), 25);
 }
 
 // ---- store check ----------------------------------------------------------
@@ -545,7 +639,10 @@ fn check_reports_a_good_store_and_changes_nothing() {
     assert_eq!(report.request_ids, 30);
     assert_eq!(report.log_entries, 32);
     assert_eq!(report.last_applied.map(|l| l.index), Some(32));
-    assert!(report.snapshot.as_ref().is_some_and(|s| s.data_bytes > 0));
+    assert_eq!(
+        report.snapshot.as_ref().and_then(|s| s.last_log_id),
+        report.last_applied
+    );
     assert_eq!(dir_contents(dir.path()), before, "check changed the store");
 }
 
@@ -608,4 +705,49 @@ fn check_refuses_what_is_not_a_store() {
         crate::check::check(&file),
         Err(StoreError::NotADirectory { .. })
     ));
+}
+
+#[test]
+fn a_pinned_snapshot_is_read_as_openraft_sends_it() {
+    // openraft's chunked sender seeks to the end for the length, then
+    // seeks to each chunk and reads it; the first seek makes the bytes.
+    use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+    let dir = TempDir::new().expect("tempdir");
+    let mut handles = populated(dir.path(), 40);
+    let rt = runtime();
+    let mut snapshot = rt
+        .block_on(handles.state_machine.build_snapshot())
+        .expect("build");
+    let expected = handles.state_machine.backup(0).expect("backup").data;
+    rt.block_on(async {
+        let data = &mut snapshot.snapshot;
+        let end = data
+            .seek(std::io::SeekFrom::End(0))
+            .await
+            .expect("seek end");
+        assert_eq!(end, expected.len() as u64);
+        let mut read = Vec::new();
+        let chunk_bytes = 1_000;
+        let mut offset = 0;
+        while offset < end {
+            data.seek(std::io::SeekFrom::Start(offset))
+                .await
+                .expect("seek");
+            let mut chunk = vec![0; chunk_bytes];
+            let n = data.read(&mut chunk).await.expect("read");
+            assert!(n > 0, "a read before the end returned nothing");
+            read.extend_from_slice(&chunk[..n]);
+            offset += n as u64;
+        }
+        assert_eq!(read, expected);
+    });
+    // Bytes are written only into a snapshot being received.
+    let mut unread = rt
+        .block_on(handles.state_machine.get_current_snapshot())
+        .expect("read")
+        .expect("a snapshot");
+    assert!(
+        rt.block_on(unread.snapshot.write_all(b"x")).is_err(),
+        "a node's own pinned state took a write"
+    );
 }
