@@ -316,8 +316,36 @@ fn note_multipath_since(since: &mut BTreeMap<JobId, MultipathHeld>, plan: &Plan,
 /// with the snapshot's applied index. `apply` re-checks every placement.
 /// `first_of_term`: the first pass since this node became leader, whose
 /// start time is exported (failover is measured up to it).
-async fn run_pass(node: &Node, policy: &Policy, first_of_term: bool) {
+async fn run_pass(node: &Arc<Node>, policy: &Policy, first_of_term: bool) {
     let started = Instant::now();
+    // The pass is CPU work of tens to hundreds of milliseconds with a long
+    // queue: on a blocking thread it never holds up an async worker, and
+    // with it Raft's heartbeats (a leader idle under another process's
+    // load lost its term with the pass on a worker).
+    let planned = {
+        let (node, policy) = (node.clone(), policy.clone());
+        tokio::task::spawn_blocking(move || plan_pass(&node, &policy, first_of_term, started)).await
+    };
+    let (mut plan, snapshot_index, pass_ms) = match planned {
+        Ok(planned) => planned,
+        Err(e) => {
+            tracing::error!(error = %e, "scheduling pass failed");
+            return;
+        }
+    };
+    record_pass(node, &mut plan, started, pass_ms);
+    propose_plan(node, plan, snapshot_index, started).await;
+}
+
+/// Reads the state and runs `schedule()` over it: the pass's CPU work.
+/// Returns the plan, the applied index it was computed at and the pass's
+/// time.
+fn plan_pass(
+    node: &Node,
+    policy: &Policy,
+    first_of_term: bool,
+    started: Instant,
+) -> (Plan, u64, u64) {
     let (input, snapshot_index) = node.read(|state| {
         (
             state.pass_input(|host| node.liveness.state(host, started)),
@@ -333,7 +361,7 @@ async fn run_pass(node: &Node, policy: &Policy, first_of_term: bool) {
     }
     // The snapshot holds every pending job's view; let go of it before the
     // plan is proposed rather than after the commit.
-    let mut plan = {
+    let plan = {
         let mut since = node
             .multipath_since
             .lock()
@@ -344,9 +372,15 @@ async fn run_pass(node: &Node, policy: &Policy, first_of_term: bool) {
         plan
     };
     drop(snapshot);
+    (plan, snapshot_index, pass_ms)
+}
+
+/// Publishes a pass's metrics and keeps its reasons, details, priorities
+/// and predicted starts for `explain` and the API (leader soft state).
+fn record_pass(node: &Node, plan: &mut Plan, started: Instant, pass_ms: u64) {
     metrics::histogram!(crate::metrics::PASS_SECONDS).record(started.elapsed().as_secs_f64());
     metrics::gauge!(crate::metrics::LAST_PASS_TIMESTAMP_SECONDS).set(pass_ms as f64 / 1000.0);
-    crate::metrics::record_plan(&plan, pass_ms);
+    crate::metrics::record_plan(plan, pass_ms);
     *node.last_pass.lock().unwrap_or_else(|p| p.into_inner()) = Some(crate::ui::track::LastPass {
         at_ms: pass_ms,
         duration_us: started.elapsed().as_micros() as u64,
@@ -381,6 +415,11 @@ async fn run_pass(node: &Node, policy: &Policy, first_of_term: bool) {
             .map(|r| (r.job_id, r.start_ms))
             .collect();
     }
+}
+
+/// Proposes a plan's starts and evictions, if it has any, as one
+/// `ApplyPlan` stamped with `snapshot_index`.
+async fn propose_plan(node: &Node, plan: Plan, snapshot_index: u64, started: Instant) {
     if plan.starts.is_empty() && plan.gang_starts.is_empty() && plan.evictions.is_empty() {
         return;
     }
