@@ -397,14 +397,20 @@ fn store_missing_column_families_is_refused_untouched() {
     );
 }
 
-#[test]
-fn format_1_snapshot_is_migrated() {
-    let dir = TempDir::new().expect("tempdir");
-    let meta = SnapshotMeta {
+/// A snapshot's metadata as an older format stored it, below what
+/// `populated` applies.
+fn older_snapshot_meta() -> SnapshotMeta<NodeId, BasicNode> {
+    SnapshotMeta {
         last_log_id: Some(log_id(1, 4)),
         last_membership: StoredMembership::default(),
         snapshot_id: "1-1-4".into(),
-    };
+    }
+}
+
+#[test]
+fn format_1_snapshot_is_migrated() {
+    let dir = TempDir::new().expect("tempdir");
+    let meta = older_snapshot_meta();
     {
         let handles = populated(dir.path(), 3);
         let db = handles.log.db.clone();
@@ -449,11 +455,7 @@ fn format_1_snapshot_is_migrated() {
 #[test]
 fn format_2_snapshot_bytes_are_dropped() {
     let dir = TempDir::new().expect("tempdir");
-    let meta = SnapshotMeta {
-        last_log_id: Some(log_id(1, 4)),
-        last_membership: StoredMembership::default(),
-        snapshot_id: "1-1-4".into(),
-    };
+    let meta = older_snapshot_meta();
     {
         let handles = populated(dir.path(), 3);
         let db = handles.log.db.clone();
