@@ -320,8 +320,9 @@ async fn run_pass(node: &Arc<Node>, policy: &Policy, first_of_term: bool) {
     let started = Instant::now();
     // The pass is CPU work of tens to hundreds of milliseconds with a long
     // queue: on a blocking thread it never holds up an async worker, and
-    // with it Raft's heartbeats (a leader idle under another process's
-    // load lost its term with the pass on a worker).
+    // with it Raft's heartbeats. With the pass on a worker, three
+    // benchmark runs each saw an idle leader, under another process's
+    // load, go silent past its followers' election timeout.
     let planned = {
         let (node, policy) = (node.clone(), policy.clone());
         tokio::task::spawn_blocking(move || plan_pass(&node, &policy, first_of_term, started)).await
