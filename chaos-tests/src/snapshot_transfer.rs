@@ -20,10 +20,11 @@
 //!
 //! What is measured: the snapshot's serialization in-process (the code a
 //! leader runs when it sends one: the state machine's tables read as of a
-//! pinned RocksDB snapshot and written out as JSON), the snapshot's size, the time from `AddLearner` until the learner
-//! has applied the leader's index, the learner's install time (from its
-//! `snapshot installed` log line), each process's peak RSS (`VmHWM`), and
-//! each store's bytes on disk.
+//! pinned RocksDB snapshot and written out as JSON), the snapshot's size,
+//! the time from `AddLearner` until the learner has applied the leader's
+//! index, the learner's install time (from its `snapshot installed` log
+//! line), each process's peak RSS (`VmHWM`), and each store's bytes on
+//! disk.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -170,7 +171,8 @@ fn submit_entry(index: u64) -> Entry<TypeConfig> {
 }
 
 /// Builds a store of `jobs` submitted jobs under `path`, builds its
-/// snapshot and serializes it (timed), and writes the state as a backup file `backup_file`.
+/// snapshot and serializes it (timed), and writes the state as a backup
+/// file `backup_file`.
 async fn generate(
     path: &Path,
     jobs: u64,

@@ -370,7 +370,9 @@ fn check_snapshot(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
         .is_some()
         && report.format_version == Some(FORMAT_VERSION)
     {
-        report.problem("a format 2 snapshot's bytes are stored in a format 3 store".into());
+        report.problem(format!(
+            "a format 2 snapshot's bytes are stored in a format {FORMAT_VERSION} store"
+        ));
     }
     Ok(())
 }

@@ -183,13 +183,16 @@ impl AsyncSeek for SnapshotData {
     }
 }
 
+/// How the pin thread answers a request to serialize, and where the
+/// answer is awaited.
+type Reply = oneshot::Sender<Result<SerializedState, StoreError>>;
 type Answer = oneshot::Receiver<Result<SerializedState, StoreError>>;
 
 /// A handle on a pinned state. Dropped unasked, it lets the pin go and
 /// waits for the thread to end, so the database is not held open after
 /// its owner closes it (the thread is idle then and ends at once).
 pub(crate) struct PinnedState {
-    asker: Option<mpsc::Sender<oneshot::Sender<Result<SerializedState, StoreError>>>>,
+    asker: Option<mpsc::Sender<Reply>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -223,7 +226,7 @@ impl Drop for PinnedState {
 /// for as long as starting a thread and two reads take.
 pub(crate) fn pin(db: Arc<DB>) -> Result<(AppliedMeta, PinnedState), StoreError> {
     let (meta_tx, meta_rx) = mpsc::sync_channel::<Result<AppliedMeta, StoreError>>(1);
-    let (asker, asked) = mpsc::channel::<oneshot::Sender<Result<SerializedState, StoreError>>>();
+    let (asker, asked) = mpsc::channel::<Reply>();
     let thread = std::thread::Builder::new()
         .name("berth-snapshot-pin".into())
         .spawn(move || {
