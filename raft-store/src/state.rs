@@ -1604,6 +1604,8 @@ mod evict_tests;
 #[cfg(test)]
 mod gang_tests;
 #[cfg(test)]
+mod record_json_tests;
+#[cfg(test)]
 mod spec_rules_tests;
 #[cfg(test)]
 mod submit_limit_tests;

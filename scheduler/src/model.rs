@@ -195,6 +195,13 @@ impl Host {
 }
 
 /// What a job asks for and what it runs. Mirrors `berth.v1.JobSpec`.
+///
+/// Its JSON is every submit's log entry and part of every job's record.
+/// Fields added after the first version are read with their default when
+/// absent, so they are written only when they hold something else (a
+/// submit's entry was 842 bytes with them, 617 without); the first
+/// version's fields are always written, since nodes of that version
+/// require them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSpec {
     pub name: String,
@@ -218,45 +225,45 @@ pub struct JobSpec {
     pub comment: String,
     /// Slurm's `--dependency` text (`afterok:12,singleton`), checked with
     /// [`crate::deps::parse`] at submit; "" = none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dependency: String,
     /// Not before this time (`--begin`), ms since the epoch; 0 = now.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u64_is_zero")]
     pub begin_ms: u64,
     /// Whole hosts (`--exclusive`): nothing else runs beside it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exclusive: bool,
     /// Features every host must have (`--constraint`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<String>,
     /// The admin reservation it runs in (`--reservation`); "" = none.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reservation: String,
     /// It opted in to priority preemption (`--preemptible`); QOS preempt
     /// lists need no opt-in.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub preemptible: bool,
     /// `--array` as submitted: task indexes with an optional `%max`
     /// (`0-15%4`, `1,3,5`, `0-15:4`; see [`crate::array`]); "" = not an
     /// array. Each task is a job of its own with the fields below, which
     /// the cluster sets.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub array: String,
     /// The array's id (its first task's job id); 0 = not an array task.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u64_is_zero")]
     pub array_job_id: JobId,
     /// This task's index.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
     pub array_task_id: u32,
     /// How many tasks the array has, and its lowest and highest index.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
     pub array_task_count: u32,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
     pub array_task_min: u32,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
     pub array_task_max: u32,
     /// At most this many of its tasks run at once (`%max`); 0 = no limit.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
     pub array_max_running: u32,
     /// `--signal`: this signal (Linux number; 0 = none) goes to the job
     /// `warn_signal_before_s` seconds before its time limit, to the batch
@@ -298,6 +305,10 @@ pub struct ResourceSet {
 }
 
 fn u32_is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn u64_is_zero(n: &u64) -> bool {
     *n == 0
 }
 
@@ -447,7 +458,8 @@ impl Allocation {
     }
 }
 
-/// A job as the state machine keeps it.
+/// A job as the state machine keeps it. Written like [`JobSpec`]: later
+/// fields (and `alloc`, an `Option`) only when not at their default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Job {
     pub id: JobId,
@@ -455,6 +467,7 @@ pub struct Job {
     pub state: JobState,
     pub submit_ms: u64,
     pub end_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alloc: Option<Allocation>,
     pub exit_code: i32,
     pub exit_signal: i32,
@@ -463,26 +476,26 @@ pub struct Job {
     pub cancel_requested: bool,
     /// Set when the leader found the job past its time limit: the agent
     /// stops it with the stop grace and the exit report ends it TIMEOUT.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub time_limit_reached: bool,
     /// Set when a requeue of the running job was committed: the agent stops
     /// it and the exit report puts it back in the queue.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub requeue_requested: bool,
     /// Held by an admin or by the controller (e.g. after too many automatic
     /// requeues); only an admin release lifts it.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admin_hold: bool,
     /// Times it went back to the queue after starting (automatic and
     /// asked-for requeues; evictions spend none of this budget).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
     pub restarts: u32,
     /// Its current (or last) run was placed by idle-fill on capacity lent
     /// past its QOS node cap: outside every quota, reclaimable.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub borrowed: bool,
     /// Times idle-fill reclaimed it (its exempt window doubles with each).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u32_is_zero")]
     pub reclaims: u32,
     /// Set when an eviction of the running job was committed: it leaves
     /// its host's assignment set, and the exit report requeues or ends it.
@@ -490,7 +503,7 @@ pub struct Job {
     pub evicted: Option<EvictMark>,
     /// When a job evicted for this one last left its host (0 = never
     /// since this job last started): the room is this job's first.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "u64_is_zero")]
     pub room_freed_ms: u64,
     /// A priority fixed by an administrator (`scontrol update
     /// Priority=N`): it replaces the multifactor total until the job is
