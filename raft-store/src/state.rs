@@ -106,6 +106,37 @@ pub struct SignalRequest {
 }
 
 impl JobRecord {
+    /// A job just submitted: pending, no history yet.
+    fn new_pending(id: JobId, spec: JobSpec, submit_ms: u64) -> JobRecord {
+        JobRecord {
+            job: Job {
+                id,
+                spec,
+                state: JobState::Pending,
+                submit_ms,
+                end_ms: 0,
+                alloc: None,
+                exit_code: 0,
+                exit_signal: 0,
+                cancel_requested: false,
+                time_limit_reached: false,
+                requeue_requested: false,
+                admin_hold: false,
+                restarts: 0,
+                borrowed: false,
+                reclaims: 0,
+                evicted: None,
+                room_freed_ms: 0,
+                admin_priority: 0,
+            },
+            events: Vec::new(),
+            events_total: 0,
+            signals: Vec::new(),
+            signals_total: 0,
+            steps: Vec::new(),
+        }
+    }
+
     fn push_event(&mut self, time_ms: u64, kind: &str, message: String) {
         if self.events.len() >= EVENTS_PER_JOB_MAX {
             self.events.remove(0);
@@ -766,33 +797,7 @@ impl SmState {
     fn make_job(&mut self, spec: &JobSpec, now_ms: u64, dirty: &mut Dirty) {
         let job_id = self.data.counters.next_job_id;
         self.data.counters.next_job_id += 1;
-        let mut record = JobRecord {
-            job: Job {
-                id: job_id,
-                spec: spec.clone(),
-                state: JobState::Pending,
-                submit_ms: now_ms,
-                end_ms: 0,
-                alloc: None,
-                exit_code: 0,
-                exit_signal: 0,
-                cancel_requested: false,
-                time_limit_reached: false,
-                requeue_requested: false,
-                admin_hold: false,
-                restarts: 0,
-                borrowed: false,
-                reclaims: 0,
-                evicted: None,
-                room_freed_ms: 0,
-                admin_priority: 0,
-            },
-            events: Vec::new(),
-            events_total: 0,
-            signals: Vec::new(),
-            signals_total: 0,
-            steps: Vec::new(),
-        };
+        let mut record = JobRecord::new_pending(job_id, spec.clone(), now_ms);
         let held = if spec.hold { " (held)" } else { "" };
         let alts = if spec.alternatives.is_empty() {
             String::new()

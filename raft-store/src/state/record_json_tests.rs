@@ -3,7 +3,7 @@
 //! default are left out when they hold it, and records written with them
 //! (by earlier versions) still read the same.
 
-use berth_scheduler::{Job, JobSpec, JobState};
+use berth_scheduler::JobSpec;
 
 use super::JobRecord;
 use crate::command::Command;
@@ -45,33 +45,7 @@ fn plain_spec() -> JobSpec {
 }
 
 fn record(spec: JobSpec) -> JobRecord {
-    JobRecord {
-        job: Job {
-            id: 7,
-            spec,
-            state: JobState::Pending,
-            submit_ms: 1_000,
-            end_ms: 0,
-            alloc: None,
-            exit_code: 0,
-            exit_signal: 0,
-            cancel_requested: false,
-            time_limit_reached: false,
-            requeue_requested: false,
-            admin_hold: false,
-            restarts: 0,
-            borrowed: false,
-            reclaims: 0,
-            evicted: None,
-            room_freed_ms: 0,
-            admin_priority: 0,
-        },
-        events: Vec::new(),
-        events_total: 0,
-        signals: Vec::new(),
-        signals_total: 0,
-        steps: Vec::new(),
-    }
+    JobRecord::new_pending(7, spec, 1_000)
 }
 
 fn object(value: &serde_json::Value) -> &serde_json::Map<String, serde_json::Value> {
