@@ -368,13 +368,7 @@ fn interrupted_creation_is_started_again() {
     }
     let handles = open(&path).expect("a store whose creation was interrupted opens");
     let db = handles.log.db.clone();
-    let format: u32 = decode(
-        &db.get_cf(cf(&db, CF_META), KEY_FORMAT)
-            .expect("get")
-            .expect("format"),
-    )
-    .expect("dec");
-    assert_eq!(format, FORMAT_VERSION);
+    assert_eq!(stored_format(&db), FORMAT_VERSION);
     assert!(!staging_path(&path).exists());
 }
 
@@ -407,13 +401,32 @@ fn older_snapshot_meta() -> SnapshotMeta<NodeId, BasicNode> {
     }
 }
 
+/// The format version the store records.
+fn stored_format(db: &DB) -> u32 {
+    decode(
+        &db.get_cf(cf(db, CF_META), KEY_FORMAT)
+            .expect("get")
+            .expect("format"),
+    )
+    .expect("dec")
+}
+
+/// Leaves a populated store under `dir` as format `format` wrote it:
+/// `write_snapshot` puts that format's snapshot keys, and the store is
+/// stamped with the format and closed.
+fn older_format_store(dir: &Path, format: u32, write_snapshot: impl FnOnce(&DB)) {
+    let handles = populated(dir, 3);
+    let db = handles.log.db.clone();
+    write_snapshot(&db);
+    db.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&format).expect("enc"))
+        .expect("put");
+}
+
 #[test]
 fn format_1_snapshot_is_migrated() {
     let dir = TempDir::new().expect("tempdir");
     let meta = older_snapshot_meta();
-    {
-        let handles = populated(dir.path(), 3);
-        let db = handles.log.db.clone();
+    older_format_store(dir.path(), 1, |db| {
         #[derive(Serialize)]
         struct V1<'a> {
             meta: &'a SnapshotMeta<NodeId, BasicNode>,
@@ -424,14 +437,12 @@ fn format_1_snapshot_is_migrated() {
             data: b"{\"payload\":1}".to_vec(),
         };
         db.put_cf(
-            cf(&db, CF_SM_META),
+            cf(db, CF_SM_META),
             KEY_SNAPSHOT_V1,
             encode(&v1).expect("enc"),
         )
         .expect("put");
-        db.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&1u32).expect("enc"))
-            .expect("put");
-    }
+    });
     let mut handles = open(dir.path()).expect("a format 1 store opens");
     let db = handles.log.db.clone();
     assert_eq!(
@@ -456,17 +467,13 @@ fn format_1_snapshot_is_migrated() {
 fn format_2_snapshot_bytes_are_dropped() {
     let dir = TempDir::new().expect("tempdir");
     let meta = older_snapshot_meta();
-    {
-        let handles = populated(dir.path(), 3);
-        let db = handles.log.db.clone();
-        let sm_meta = cf(&db, CF_SM_META);
+    older_format_store(dir.path(), 2, |db| {
+        let sm_meta = cf(db, CF_SM_META);
         db.put_cf(sm_meta, KEY_SNAPSHOT_META, encode(&meta).expect("enc"))
             .expect("put");
         db.put_cf(sm_meta, KEY_SNAPSHOT_DATA_V2, b"{}")
             .expect("put");
-        db.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&2u32).expect("enc"))
-            .expect("put");
-    }
+    });
     let handles = open(dir.path()).expect("a format 2 store opens");
     let db = handles.log.db.clone();
     assert_eq!(stored_snapshot_meta(&db).expect("read"), Some(meta));
@@ -474,13 +481,7 @@ fn format_2_snapshot_bytes_are_dropped() {
         .get_cf(cf(&db, CF_SM_META), KEY_SNAPSHOT_DATA_V2)
         .expect("get")
         .is_none());
-    let format: u32 = decode(
-        &db.get_cf(cf(&db, CF_META), KEY_FORMAT)
-            .expect("get")
-            .expect("format"),
-    )
-    .expect("dec");
-    assert_eq!(format, FORMAT_VERSION);
+    assert_eq!(stored_format(&db), FORMAT_VERSION);
 }
 
 // ---- snapshots ------------------------------------------------------------
