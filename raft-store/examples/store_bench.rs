@@ -13,8 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use berth_raft_store::{open, Command, Request, SnapshotData, TypeConfig};
-use berth_scheduler::JobSpec;
+mod common;
+
+use berth_raft_store::{open, Request, SnapshotData, TypeConfig};
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
 
@@ -26,21 +27,12 @@ const MEASURE_BATCHES_MAX: u64 = 1_000_000;
 const LOAD_BATCH_ENTRIES: u64 = 1_000;
 
 fn submit_entry(index: u64) -> Entry<TypeConfig> {
-    let request_id = format!("bench-{index:012}");
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Request::new(Command::SubmitJob {
-            spec: JobSpec {
-                name: format!("job-{index}"),
-                user: "alice".into(),
-                command: "/home/alice/bin/simulate --steps 1000 --out /scratch/alice/run".into(),
-                cpus: 4,
-                mem_mb: 8192,
-                ..JobSpec::default()
-            },
-            request_id,
-            now_ms: 1_700_000_000_000 + index,
-        })),
+        payload: EntryPayload::Normal(Request::new(common::submit(
+            index,
+            format!("bench-{index:012}"),
+        ))),
     }
 }
 
