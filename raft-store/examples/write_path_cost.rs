@@ -9,8 +9,10 @@
 //!
 //!   cargo run --release -p berth-raft-store --example write_path_cost -- [SUBMITS] [BATCH]
 //!
-//! (defaults 200,000 and 16). CPU time is read with `getrusage`, so the
-//! figure is this process's own work whatever else the machine runs.
+//! (defaults 200,000 and 16). CPU time is read with `getrusage`: this
+//! process's own work, though other load on the machine still moves it by
+//! several percent; under `valgrind --tool=callgrind` the instruction
+//! count does not move with the machine's load.
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +24,7 @@ use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 
 /// Clients whose request ids interleave, as in the raft-writes benchmark.
 const CLIENTS: u64 = 64;
-/// Rounds between two printed lines, at most.
+/// Lines printed before the total, one per block of rounds.
 const BLOCKS: u64 = 5;
 
 fn batch_entry(index: u64, first_submit: u64, batch: u64) -> Entry<TypeConfig> {
