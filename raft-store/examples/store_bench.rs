@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use berth_raft_store::{open, Request, SnapshotData, TypeConfig};
+use berth_raft_store::{open, SnapshotData, TypeConfig};
 use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
+use openraft::{Entry, RaftSnapshotBuilder};
 
 /// Each throughput measurement runs for about this long.
 const MEASURE_MS: u64 = 3_000;
@@ -27,13 +27,7 @@ const MEASURE_BATCHES_MAX: u64 = 1_000_000;
 const LOAD_BATCH_ENTRIES: u64 = 1_000;
 
 fn submit_entry(index: u64) -> Entry<TypeConfig> {
-    Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Request::new(common::submit(
-            index,
-            format!("bench-{index:012}"),
-        ))),
-    }
+    common::entry(index, common::submit(index, format!("bench-{index:012}")))
 }
 
 fn dir_bytes(path: &Path) -> u64 {

@@ -18,9 +18,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use berth_raft_store::{open, Command, Request, TypeConfig};
+use berth_raft_store::{open, Command, TypeConfig};
 use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+use openraft::Entry;
 
 /// Clients whose request ids interleave, as in the raft-writes benchmark.
 const CLIENTS: u64 = 64;
@@ -31,10 +31,7 @@ fn batch_entry(index: u64, first_submit: u64, batch: u64) -> Entry<TypeConfig> {
     let commands = (first_submit..first_submit + batch)
         .map(|n| common::submit(n, format!("bench-1-2-{}-{}", n % CLIENTS, n / CLIENTS)))
         .collect();
-    Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Request::new(Command::Batch { commands })),
-    }
+    common::entry(index, Command::Batch { commands })
 }
 
 /// This process's user + system CPU time so far.

@@ -1,8 +1,17 @@
 //! What the store examples submit (shared through `mod common;`; a folder,
 //! so cargo does not take it for an example of its own).
 
-use berth_raft_store::Command;
+use berth_raft_store::{Command, Request, TypeConfig};
 use berth_scheduler::JobSpec;
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+/// The log entry at `index` (term 1, node 1) carrying `command`.
+pub fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+        payload: EntryPayload::Normal(Request::new(command)),
+    }
+}
 
 /// Job number `n`'s `SubmitJob` command, sent with `request_id`.
 pub fn submit(n: u64, request_id: String) -> Command {
