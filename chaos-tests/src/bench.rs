@@ -136,16 +136,17 @@ fn bench_spec() -> berth_scheduler::JobSpec {
     }
 }
 
-/// Bytes of the Raft log payload one benchmark submit becomes (the JSON
-/// `Request` the leader proposes), with a request id as long as the ones
-/// the benchmark sends: the size of etcd's value.
+/// Bytes of the Raft log payload one benchmark submit becomes (the
+/// `Request` the leader proposes, as the log stores it and peers carry it:
+/// MessagePack), with a request id as long as the ones the benchmark sends:
+/// the size of etcd's value.
 pub fn submit_entry_bytes() -> anyhow::Result<usize> {
     let command = berth_raft_store::Command::SubmitJob {
         request_id: request_id(999, 999, 9_999_999),
         spec: bench_spec(),
         now_ms: 1_700_000_000_000,
     };
-    Ok(serde_json::to_vec(&berth_raft_store::Request::new(command))?.len())
+    Ok(berth_raft_store::codec::to_vec(&berth_raft_store::Request::new(command))?.len())
 }
 
 fn request_id(level: usize, worker: usize, seq: u64) -> String {

@@ -195,6 +195,7 @@ async fn only_authenticated_and_authorized_callers_are_served() {
     let vote = raft
         .vote(berth_proto::raft::RaftMessage {
             payload: Vec::new(),
+            encoding: 0,
         })
         .await
         .expect_err("vote without the cluster secret");

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use berth_auth::grpc::AttachCredentials;
 use berth_proto::raft::raft_transport_client::RaftTransportClient;
-use berth_proto::raft::RaftMessage;
+use berth_proto::raft::{PayloadEncoding, RaftMessage, RaftReply};
 use berth_raft_store::{Command, Response, COMMAND_VERSION};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -22,6 +22,7 @@ use tonic::transport::Channel;
 
 use crate::network::channel;
 use crate::node::ProposeError;
+use crate::wire::{self, PeerEncoding};
 
 /// Commands one `ForwardBatch` call carries at most; the leader refuses
 /// more.
@@ -80,8 +81,8 @@ impl ForwardOutcome {
     }
 }
 
-/// The JSON of `berth_raft_store::Request` for a borrowed command, so a
-/// command is encoded without being cloned first.
+/// `berth_raft_store::Request` for a borrowed command, so a command is
+/// encoded without being cloned first.
 #[derive(Serialize)]
 struct RequestRef<'a> {
     version: u32,
@@ -91,13 +92,40 @@ struct RequestRef<'a> {
 /// A command waiting to be forwarded, encoded as a `Request`.
 struct Forwarded {
     leader_addr: String,
-    request_json: Vec<u8>,
+    /// How `request` is encoded: what the leader was known to read when
+    /// the command was queued.
+    encoding: PayloadEncoding,
+    request: Vec<u8>,
     reply: oneshot::Sender<Result<Response, ProposeError>>,
+}
+
+/// What each leader address is known to read ([`crate::wire`]), bounded
+/// like the clients.
+#[derive(Default)]
+struct LeaderEncodings {
+    by_addr: std::sync::Mutex<HashMap<String, Arc<PeerEncoding>>>,
+}
+
+impl LeaderEncodings {
+    fn of(&self, addr: &str) -> Arc<PeerEncoding> {
+        // Entries are whole or absent: a panic elsewhere leaves it usable.
+        let mut by_addr = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = by_addr.get(addr) {
+            return e.clone();
+        }
+        if by_addr.len() >= LEADER_CLIENTS_MAX {
+            by_addr.clear();
+        }
+        let e = Arc::new(PeerEncoding::default());
+        by_addr.insert(addr.to_string(), e.clone());
+        e
+    }
 }
 
 /// A follower's forwarder: one task batching forwarded commands.
 pub struct Forwarder {
     queue: mpsc::Sender<Forwarded>,
+    encodings: Arc<LeaderEncodings>,
 }
 
 impl Forwarder {
@@ -105,8 +133,9 @@ impl Forwarder {
     /// `credentials`. Must run inside a tokio runtime.
     pub fn start(credentials: AttachCredentials) -> Forwarder {
         let (queue, waiting) = mpsc::channel(FORWARDS_QUEUED_MAX);
-        tokio::spawn(run(waiting, credentials));
-        Forwarder { queue }
+        let encodings = Arc::new(LeaderEncodings::default());
+        tokio::spawn(run(waiting, credentials, encodings.clone()));
+        Forwarder { queue, encodings }
     }
 
     /// Sends `command` to the leader at `leader_addr` and waits for its
@@ -116,16 +145,21 @@ impl Forwarder {
         leader_addr: &str,
         command: &Command,
     ) -> Result<Response, ProposeError> {
-        let request_json = serde_json::to_vec(&RequestRef {
-            version: COMMAND_VERSION,
-            command,
-        })
-        .map_err(|e| ProposeError::Fatal(e.to_string()))?;
+        let encoding = self.encodings.of(leader_addr).current();
+        let request = wire::encode(
+            encoding,
+            &RequestRef {
+                version: COMMAND_VERSION,
+                command,
+            },
+        )
+        .map_err(ProposeError::Fatal)?;
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Forwarded {
                 leader_addr: leader_addr.to_string(),
-                request_json,
+                encoding,
+                request,
                 reply,
             })
             .await
@@ -139,7 +173,11 @@ impl Forwarder {
 /// Takes the first waiting command, waits for a free call slot, then takes
 /// every command that arrived meanwhile for the same leader (within the
 /// batch bounds) and sends them in one call.
-async fn run(mut waiting: mpsc::Receiver<Forwarded>, credentials: AttachCredentials) {
+async fn run(
+    mut waiting: mpsc::Receiver<Forwarded>,
+    credentials: AttachCredentials,
+    encodings: Arc<LeaderEncodings>,
+) {
     let slots = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX));
     let mut clients: HashMap<String, RaftTransportClient<Channel>> = HashMap::new();
     let mut carried: Option<Forwarded> = None;
@@ -156,20 +194,22 @@ async fn run(mut waiting: mpsc::Receiver<Forwarded>, credentials: AttachCredenti
             return;
         };
         let leader_addr = first.leader_addr.clone();
-        // The array's brackets and commas included.
-        let mut bytes = first.request_json.len() + 2;
+        let encoding = first.encoding;
+        // The array's header, brackets and commas included.
+        let mut bytes = first.request.len() + ARRAY_OVERHEAD_BYTES_MAX;
         let mut batch = vec![first];
         while batch.len() < FORWARD_BATCH_COMMANDS_MAX {
             match waiting.try_recv() {
                 Ok(f)
                     if f.leader_addr != leader_addr
-                        || bytes + f.request_json.len() + 1 > FORWARD_BATCH_BYTES_MAX =>
+                        || f.encoding != encoding
+                        || bytes + f.request.len() + 1 > FORWARD_BATCH_BYTES_MAX =>
                 {
                     carried = Some(f);
                     break;
                 }
                 Ok(f) => {
-                    bytes += f.request_json.len() + 1;
+                    bytes += f.request.len() + 1;
                     batch.push(f);
                 }
                 Err(_) => break,
@@ -185,8 +225,14 @@ async fn run(mut waiting: mpsc::Receiver<Forwarded>, credentials: AttachCredenti
             }
         };
         let credentials = credentials.clone();
+        let leader_encoding = encodings.of(&leader_addr);
         tokio::spawn(async move {
-            send(client, &credentials, &leader_addr, batch).await;
+            let to = Leader {
+                addr: &leader_addr,
+                credentials: &credentials,
+                encoding: &leader_encoding,
+            };
+            send(client, to, encoding, batch).await;
             drop(slot);
         });
     }
@@ -223,65 +269,125 @@ fn call_error(leader_addr: &str, status: &tonic::Status) -> ProposeError {
     }
 }
 
-fn message(payload: Vec<u8>, credentials: &AttachCredentials) -> tonic::Request<RaftMessage> {
-    let mut req = tonic::Request::new(RaftMessage { payload });
-    req.set_timeout(Duration::from_millis(FORWARD_TIMEOUT_MS));
-    credentials.apply(req.metadata_mut());
-    req
+/// The leader a call goes to, and what it is known to read.
+#[derive(Clone, Copy)]
+struct Leader<'a> {
+    addr: &'a str,
+    credentials: &'a AttachCredentials,
+    encoding: &'a PeerEncoding,
+}
+
+impl Leader<'_> {
+    fn message(
+        &self,
+        call: &'static str,
+        encoding: PayloadEncoding,
+        payload: Vec<u8>,
+    ) -> tonic::Request<RaftMessage> {
+        wire::count_sent(call, encoding);
+        let mut req = tonic::Request::new(RaftMessage {
+            payload,
+            encoding: encoding.into(),
+        });
+        req.set_timeout(Duration::from_millis(FORWARD_TIMEOUT_MS));
+        self.credentials.apply(req.metadata_mut());
+        req
+    }
+
+    /// Decodes a reply's payload, learning from it what the leader reads.
+    fn decode<T: serde::de::DeserializeOwned>(&self, reply: RaftReply) -> Result<T, String> {
+        self.encoding.replied(reply.reads_messagepack);
+        wire::decode(wire::named(reply.encoding)?, &reply.payload)
+    }
+
+    /// What a failed call means for each command it carried.
+    fn call_error(&self, status: &tonic::Status) -> ProposeError {
+        self.encoding.failed();
+        call_error(self.addr, status)
+    }
 }
 
 /// One command in one `Forward` call.
 async fn forward_one(
     mut client: RaftTransportClient<Channel>,
-    credentials: &AttachCredentials,
-    leader_addr: &str,
-    request_json: Vec<u8>,
+    to: Leader<'_>,
+    encoding: PayloadEncoding,
+    request: Vec<u8>,
 ) -> Result<Response, ProposeError> {
     metrics::counter!(FORWARD_CALLS_TOTAL, "call" => "Forward").increment(1);
     metrics::counter!(FORWARDED_COMMANDS_TOTAL).increment(1);
-    match client.forward(message(request_json, credentials)).await {
-        Ok(reply) => serde_json::from_slice(&reply.into_inner().payload)
+    match client
+        .forward(to.message("Forward", encoding, request))
+        .await
+    {
+        Ok(reply) => to
+            .decode(reply.into_inner())
             .map_err(|e| ProposeError::Fatal(format!("undecodable reply from leader: {e}"))),
-        Err(status) => Err(call_error(leader_addr, &status)),
+        Err(status) => Err(to.call_error(&status)),
     }
 }
 
-/// Sends `batch` (a lone command as a plain `Forward`) and answers each
-/// command.
+/// Bytes an array of encoded requests adds around them at most: JSON's
+/// brackets, or MessagePack's header (at most 5 bytes).
+const ARRAY_OVERHEAD_BYTES_MAX: usize = 5;
+
+/// The requests of `batch`, each already encoded as `encoding`, as one
+/// array.
+fn batch_payload(encoding: PayloadEncoding, batch: &[Forwarded]) -> Vec<u8> {
+    let total: usize = batch.iter().map(|f| f.request.len() + 1).sum();
+    let mut payload = Vec::with_capacity(total + ARRAY_OVERHEAD_BYTES_MAX);
+    match encoding {
+        PayloadEncoding::Json => {
+            payload.push(b'[');
+            for (n, f) in batch.iter().enumerate() {
+                if n > 0 {
+                    payload.push(b',');
+                }
+                payload.extend_from_slice(&f.request);
+            }
+            payload.push(b']');
+        }
+        PayloadEncoding::Messagepack => {
+            let len = u32::try_from(batch.len()).unwrap_or(u32::MAX);
+            berth_raft_store::codec::write_array_len(&mut payload, len);
+            for f in batch {
+                payload.extend_from_slice(&f.request);
+            }
+        }
+    }
+    payload
+}
+
+/// Sends `batch` (a lone command as a plain `Forward`), every command
+/// encoded as `encoding`, and answers each command.
 async fn send(
     mut client: RaftTransportClient<Channel>,
-    credentials: &AttachCredentials,
-    leader_addr: &str,
+    to: Leader<'_>,
+    encoding: PayloadEncoding,
     mut batch: Vec<Forwarded>,
 ) {
     assert!(!batch.is_empty() && batch.len() <= FORWARD_BATCH_COMMANDS_MAX);
+    assert!(batch.iter().all(|f| f.encoding == encoding));
     if batch.len() == 1 {
         if let Some(f) = batch.pop() {
-            let result = forward_one(client, credentials, leader_addr, f.request_json).await;
+            let result = forward_one(client, to, encoding, f.request).await;
             let _ = f.reply.send(result);
         }
         return;
     }
-    let total: usize = batch.iter().map(|f| f.request_json.len() + 1).sum();
-    let mut payload = Vec::with_capacity(total + 1);
-    payload.push(b'[');
-    for (n, f) in batch.iter().enumerate() {
-        if n > 0 {
-            payload.push(b',');
-        }
-        payload.extend_from_slice(&f.request_json);
-    }
-    payload.push(b']');
+    let payload = batch_payload(encoding, &batch);
     metrics::counter!(FORWARD_CALLS_TOTAL, "call" => "ForwardBatch").increment(1);
     metrics::counter!(FORWARDED_COMMANDS_TOTAL).increment(batch.len() as u64);
-    match client.forward_batch(message(payload, credentials)).await {
+    match client
+        .forward_batch(to.message("ForwardBatch", encoding, payload))
+        .await
+    {
         Ok(reply) => {
-            let outcomes =
-                serde_json::from_slice::<Vec<ForwardOutcome>>(&reply.into_inner().payload);
+            let outcomes = to.decode::<Vec<ForwardOutcome>>(reply.into_inner());
             match outcomes {
                 Ok(outcomes) if outcomes.len() == batch.len() => {
                     for (f, outcome) in batch.into_iter().zip(outcomes) {
-                        let _ = f.reply.send(outcome.into_result(leader_addr));
+                        let _ = f.reply.send(outcome.into_result(to.addr));
                     }
                 }
                 Ok(outcomes) => {
@@ -307,15 +413,14 @@ async fn send(
             let calls = batch.into_iter().map(|f| {
                 let client = client.clone();
                 async move {
-                    let result =
-                        forward_one(client, credentials, leader_addr, f.request_json).await;
+                    let result = forward_one(client, to, encoding, f.request).await;
                     let _ = f.reply.send(result);
                 }
             });
             futures::future::join_all(calls).await;
         }
         Err(status) => {
-            let e = call_error(leader_addr, &status);
+            let e = to.call_error(&status);
             for f in batch {
                 let _ = f.reply.send(Err(e.clone()));
             }
@@ -334,15 +439,55 @@ mod tests {
             job_id: 7,
             now_ms: 9,
         };
-        let borrowed = serde_json::to_vec(&RequestRef {
-            version: COMMAND_VERSION,
-            command: &command,
-        })
-        .expect("encode");
-        let owned = serde_json::to_vec(&Request::new(command)).expect("encode");
-        assert_eq!(borrowed, owned);
-        let back: Request = serde_json::from_slice(&borrowed).expect("decode");
-        assert_eq!(back.version, COMMAND_VERSION);
+        for encoding in [PayloadEncoding::Json, PayloadEncoding::Messagepack] {
+            let borrowed = wire::encode(
+                encoding,
+                &RequestRef {
+                    version: COMMAND_VERSION,
+                    command: &command,
+                },
+            )
+            .expect("encode");
+            let owned = wire::encode(encoding, &Request::new(command.clone())).expect("encode");
+            assert_eq!(borrowed, owned, "{encoding:?}");
+            let back: Request = wire::decode(encoding, &borrowed).expect("decode");
+            assert_eq!(back.version, COMMAND_VERSION);
+        }
+    }
+
+    #[test]
+    fn a_batch_is_an_array_of_requests_in_either_encoding() {
+        for encoding in [PayloadEncoding::Json, PayloadEncoding::Messagepack] {
+            for len in [2u64, 17] {
+                let batch: Vec<Forwarded> = (0..len)
+                    .map(|job_id| {
+                        let command = Command::CancelJob { job_id, now_ms: 9 };
+                        Forwarded {
+                            leader_addr: "l:1".into(),
+                            encoding,
+                            request: wire::encode(encoding, &Request::new(command))
+                                .expect("encode"),
+                            reply: oneshot::channel().0,
+                        }
+                    })
+                    .collect();
+                let payload = batch_payload(encoding, &batch);
+                let overhead = payload.len() - batch.iter().map(|f| f.request.len()).sum::<usize>();
+                assert!(
+                    overhead <= ARRAY_OVERHEAD_BYTES_MAX + batch.len(),
+                    "{encoding:?}: {overhead}"
+                );
+                let back: Vec<Request> = wire::decode(encoding, &payload).expect("decode");
+                let ids: Vec<u64> = back
+                    .iter()
+                    .map(|r| match r.command.as_ref() {
+                        Command::CancelJob { job_id, .. } => *job_id,
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                assert_eq!(ids, (0..len).collect::<Vec<_>>(), "{encoding:?}");
+            }
+        }
     }
 
     #[test]

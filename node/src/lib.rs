@@ -4,6 +4,8 @@
 //! - [`node`]: a running node (Raft instance, store, proposals and forwarding);
 //! - [`forward`]: a follower's writes batched on their way to the leader;
 //! - [`network`]: the Raft transport client (openraft's `RaftNetwork` over gRPC);
+//! - [`wire`]: how Raft transport payloads are encoded (JSON or MessagePack,
+//!   as each peer reads);
 //! - [`raft_service`], [`api_service`], [`agent_service`]: the gRPC services;
 //! - [`backup_service`]: the leader's side of `berth admin backup`;
 //! - [`leader`]: the leader's scheduling loop and host liveness (leader soft
@@ -42,3 +44,4 @@ pub mod sd_notify;
 pub mod server;
 pub mod step_access;
 pub mod ui;
+pub mod wire;

@@ -1,5 +1,6 @@
-//! openraft's `RaftNetwork` over gRPC: each Raft message travels as JSON in
-//! a `berth.raft.v1.RaftMessage` (see `raft.proto`).
+//! openraft's `RaftNetwork` over gRPC: each Raft message travels encoded in
+//! a `berth.raft.v1.RaftMessage` (see `raft.proto`): JSON until the peer's
+//! replies say it reads MessagePack ([`crate::wire`]).
 
 use std::time::Duration;
 
@@ -19,6 +20,8 @@ use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::Channel;
+
+use crate::wire::{self, PeerEncoding};
 
 /// A peer that does not accept a TCP connection within this long is
 /// reported unreachable, so openraft backs off instead of piling up calls.
@@ -53,6 +56,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             }),
             addr: node.addr.clone(),
             credentials: self.credentials.clone(),
+            encoding: PeerEncoding::default(),
         }
     }
 }
@@ -63,6 +67,8 @@ pub struct PeerConnection {
     addr: String,
     client: Option<RaftTransportClient<Channel>>,
     credentials: AttachCredentials,
+    /// What the peer reads: JSON until its replies say MessagePack.
+    encoding: PeerEncoding,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,9 +91,14 @@ impl PeerConnection {
             let e = TransportError(format!("bad peer address {:?}", self.addr));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         };
-        let payload =
-            serde_json::to_vec(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut req = tonic::Request::new(RaftMessage { payload });
+        let encoding = self.encoding.current();
+        let payload = wire::encode(encoding, request)
+            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e))))?;
+        let mut req = tonic::Request::new(RaftMessage {
+            payload,
+            encoding: encoding.into(),
+        });
+        wire::count_sent(method.name(), encoding);
         req.set_timeout(option.hard_ttl());
         self.credentials.apply(req.metadata_mut());
         let reply = match method {
@@ -98,6 +109,7 @@ impl PeerConnection {
         let reply: RaftReply = match reply {
             Ok(r) => r.into_inner(),
             Err(status) => {
+                self.encoding.failed();
                 let e = TransportError(format!(
                     "{} to node {}: {status}",
                     method.name(),
@@ -109,12 +121,15 @@ impl PeerConnection {
                 });
             }
         };
+        self.encoding.replied(reply.reads_messagepack);
+        let undecodable = |e: String| RPCError::Network(NetworkError::new(&TransportError(e)));
+        let reply_encoding = wire::named(reply.encoding).map_err(undecodable)?;
         if !reply.error.is_empty() {
-            let err: RaftError<NodeId, E> = serde_json::from_slice(&reply.error)
-                .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+            let err: RaftError<NodeId, E> =
+                wire::decode(reply_encoding, &reply.error).map_err(undecodable)?;
             return Err(RPCError::RemoteError(RemoteError::new(self.target, err)));
         }
-        serde_json::from_slice(&reply.payload).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+        wire::decode(reply_encoding, &reply.payload).map_err(undecodable)
     }
 }
 

@@ -37,15 +37,18 @@ const PROPOSE_RETRY_PAUSE_MS: u64 = 50;
 const PROPOSALS_IN_FLIGHT_MAX: usize = 2;
 /// Commands one batch entry carries at most.
 const BATCH_COMMANDS_MAX: usize = 256;
-/// Encoded bytes of the commands in one batch entry at most, so that an
-/// AppendEntries of `APPEND_ENTRIES_MAX` (48) such entries stays within
-/// the 16 MiB gRPC message bound (48 × 256 KiB = 12 MiB). A single larger
+/// Encoded bytes (MessagePack, as the log stores them) of the commands in
+/// one batch entry at most, so that an AppendEntries of
+/// `APPEND_ENTRIES_MAX` (48) such entries stays within the 16 MiB gRPC
+/// message bound: 48 × 192 KiB = 9 MiB, and about 12 MiB as JSON, which
+/// goes to a peer that does not read MessagePack during a rolling upgrade
+/// (a submit's JSON is about 1.3 times its MessagePack). A single larger
 /// command still travels alone, as before. Large enough for
-/// `BATCH_COMMANDS_MAX` submits of a typical size (about 850 bytes): at
-/// 24 KiB a batch held 28 of them, so 64 clients waited behind two
+/// `BATCH_COMMANDS_MAX` submits of a typical size (about 650 bytes): at
+/// 24 KiB of JSON a batch held 28 of them, so 64 clients waited behind two
 /// entries of 28 (`berth-drill bench raft-writes --berth-only`: 4,940
-/// submits/s at 64 clients, against 5,850 with this bound; BENCHMARKS.md).
-pub(crate) const BATCH_BYTES_MAX: usize = 256 * 1024;
+/// submits/s at 64 clients, against 5,850 with 256 KiB; BENCHMARKS.md).
+pub(crate) const BATCH_BYTES_MAX: usize = 192 * 1024;
 /// Proposals queued for the batcher at most; beyond this callers wait.
 const PROPOSALS_QUEUED_MAX: usize = 4_096;
 
@@ -117,7 +120,7 @@ pub struct Node {
 /// A command waiting for the batcher, and where its answer goes.
 struct Proposal {
     command: Command,
-    /// Its JSON size, for `BATCH_BYTES_MAX`.
+    /// Its encoded size (as the log stores it), for `BATCH_BYTES_MAX`.
     bytes: usize,
     reply: oneshot::Sender<Result<Response, ProposeError>>,
 }
@@ -275,7 +278,7 @@ impl Node {
                 | Command::CreateReservation { .. }
                 | Command::DeleteReservation { .. }
         );
-        let bytes = json_len(&command)?;
+        let bytes = encoded_len(&command)?;
         let (reply, answer) = oneshot::channel();
         let batcher = self
             .batcher
@@ -365,21 +368,10 @@ impl Node {
     }
 }
 
-/// The length of `value`'s JSON, counted without building it.
-fn json_len<T: serde::Serialize>(value: &T) -> Result<usize, ProposeError> {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).map_err(|e| ProposeError::Fatal(e.to_string()))?;
-    Ok(count.0)
+/// The length of `value` as the log stores it (MessagePack), counted
+/// without building it.
+fn encoded_len<T: serde::Serialize>(value: &T) -> Result<usize, ProposeError> {
+    berth_raft_store::codec::encoded_len(value).map_err(|e| ProposeError::Fatal(e.to_string()))
 }
 
 /// Starts the task that turns proposals into log entries: it takes the

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use berth_proto::raft::raft_transport_server::RaftTransport;
-use berth_proto::raft::{RaftMessage, RaftReply};
+use berth_proto::raft::{PayloadEncoding, RaftMessage, RaftReply};
 use berth_raft_store::Request;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -12,28 +12,42 @@ use tonic::{Response, Status};
 
 use crate::forward::{ForwardOutcome, FORWARD_BATCH_COMMANDS_MAX};
 use crate::node::{Node, ProposeError};
+use crate::wire;
 
 pub struct RaftService {
     pub node: Arc<Node>,
 }
 
-fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
-    serde_json::from_slice(&msg.payload)
-        .map_err(|e| Status::invalid_argument(format!("undecodable Raft message: {e}")))
+/// Decodes a request; returns it with the encoding to answer in.
+fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<(T, PayloadEncoding), Status> {
+    let encoding = wire::named(msg.encoding).map_err(Status::invalid_argument)?;
+    let value = wire::decode(encoding, &msg.payload)
+        .map_err(|e| Status::invalid_argument(format!("undecodable Raft message: {e}")))?;
+    Ok((value, encoding))
 }
 
-fn reply<T: Serialize, E: Serialize>(result: Result<T, E>) -> Result<Response<RaftReply>, Status> {
-    let encoded = match result {
-        Ok(v) => RaftReply {
-            payload: serde_json::to_vec(&v).map_err(|e| Status::internal(e.to_string()))?,
-            error: Vec::new(),
-        },
-        Err(e) => RaftReply {
-            payload: Vec::new(),
-            error: serde_json::to_vec(&e).map_err(|e| Status::internal(e.to_string()))?,
-        },
+/// Answers in the request's `encoding`, saying that this node reads
+/// MessagePack (see [`crate::wire`]).
+fn reply<T: Serialize, E: Serialize>(
+    encoding: PayloadEncoding,
+    result: Result<T, E>,
+) -> Result<Response<RaftReply>, Status> {
+    let (payload, error) = match result {
+        Ok(v) => (
+            wire::encode(encoding, &v).map_err(Status::internal)?,
+            Vec::new(),
+        ),
+        Err(e) => (
+            Vec::new(),
+            wire::encode(encoding, &e).map_err(Status::internal)?,
+        ),
     };
-    Ok(Response::new(encoded))
+    Ok(Response::new(RaftReply {
+        payload,
+        error,
+        encoding: encoding.into(),
+        reads_messagepack: true,
+    }))
 }
 
 #[tonic::async_trait]
@@ -42,31 +56,31 @@ impl RaftTransport for RaftService {
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let req = decode(request.get_ref())?;
-        reply(self.node.raft.append_entries(req).await)
+        let (req, encoding) = decode(request.get_ref())?;
+        reply(encoding, self.node.raft.append_entries(req).await)
     }
 
     async fn vote(
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let req = decode(request.get_ref())?;
-        reply(self.node.raft.vote(req).await)
+        let (req, encoding) = decode(request.get_ref())?;
+        reply(encoding, self.node.raft.vote(req).await)
     }
 
     async fn install_snapshot(
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let req = decode(request.get_ref())?;
-        reply(self.node.raft.install_snapshot(req).await)
+        let (req, encoding) = decode(request.get_ref())?;
+        reply(encoding, self.node.raft.install_snapshot(req).await)
     }
 
     async fn forward(
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let req: Request = decode(request.get_ref())?;
+        let (req, encoding): (Request, _) = decode(request.get_ref())?;
         // Only the leader proposes forwarded commands; a node that lost
         // leadership meanwhile says so and the caller retries.
         match self
@@ -74,7 +88,7 @@ impl RaftTransport for RaftService {
             .propose_local(Arc::unwrap_or_clone(req.command))
             .await
         {
-            Ok(response) => reply::<_, ()>(Ok(response)),
+            Ok(response) => reply::<_, ()>(encoding, Ok(response)),
             Err(ProposeError::NotLeader { leader_addr }) => {
                 Err(Status::failed_precondition(format!(
                     "not leader; leader is {}",
@@ -89,7 +103,7 @@ impl RaftTransport for RaftService {
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let requests: Vec<Request> = decode(request.get_ref())?;
+        let (requests, encoding): (Vec<Request>, _) = decode(request.get_ref())?;
         if requests.len() > FORWARD_BATCH_COMMANDS_MAX {
             return Err(Status::invalid_argument(format!(
                 "a forward batch carries at most {FORWARD_BATCH_COMMANDS_MAX} commands, not {}",
@@ -106,6 +120,6 @@ impl RaftTransport for RaftService {
             .into_iter()
             .map(ForwardOutcome::from_result)
             .collect();
-        reply::<_, ()>(Ok(outcomes))
+        reply::<_, ()>(encoding, Ok(outcomes))
     }
 }

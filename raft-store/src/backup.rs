@@ -214,7 +214,7 @@ impl Backup {
 
     /// The whole file, as described in the module docs.
     pub fn to_bytes(&self) -> Result<Vec<u8>, BackupError> {
-        let header = serde_json::to_vec(&self.header).map_err(StoreError::Codec)?;
+        let header = serde_json::to_vec(&self.header).map_err(StoreError::Json)?;
         let header_len = u32::try_from(header.len())
             .ok()
             .filter(|len| *len <= BACKUP_HEADER_BYTES_MAX)

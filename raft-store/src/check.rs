@@ -14,11 +14,12 @@ use openraft::{BasicNode, Entry, LogId, SnapshotMeta, StoredMembership, Vote};
 use rocksdb::{IteratorMode, Options, DB};
 
 use crate::state::{Counters, HostRecord, JobRecord};
+use crate::store::format4::{self, Progress};
 use crate::store::{
-    cf, cf_options, decode, key_to_index, open_error, ALL_CFS, CF_LOGS, CF_META, CF_SM_HOSTS,
-    CF_SM_JOBS, CF_SM_META, CF_SM_REQUESTS, FORMAT_VERSION, KEY_COMMITTED, KEY_COUNTERS,
-    KEY_FORMAT, KEY_LAST_APPLIED, KEY_LAST_PURGED, KEY_MEMBERSHIP, KEY_SNAPSHOT_DATA_V2,
-    KEY_SNAPSHOT_META, KEY_VOTE,
+    cf, cf_options, key_to_index, open_error, ALL_CFS, CF_LOGS, CF_META, CF_SM_HOSTS, CF_SM_JOBS,
+    CF_SM_META, CF_SM_REQUESTS, FORMAT_VERSION, KEY_COMMITTED, KEY_COUNTERS, KEY_FORMAT,
+    KEY_LAST_APPLIED, KEY_LAST_PURGED, KEY_MEMBERSHIP, KEY_SNAPSHOT_DATA_V2, KEY_SNAPSHOT_META,
+    KEY_VOTE,
 };
 use crate::{NodeId, StoreError, TypeConfig};
 
@@ -124,17 +125,37 @@ pub fn check(path: &Path) -> Result<CheckReport, StoreError> {
         .map(|name| rocksdb::ColumnFamilyDescriptor::new(*name, cf_options()));
     let db = DB::open_cf_descriptors_read_only(&Options::default(), path, cfs, false)
         .map_err(|e| open_error(path, e))?;
-    check_meta(&db, &mut report)?;
-    check_log(&db, &mut report)?;
-    check_state(&db, &mut report)?;
-    check_snapshot(&db, &mut report)?;
+    let values = check_meta(&db, &mut report)?;
+    check_log(&db, &values, &mut report)?;
+    check_state(&db, &values, &mut report)?;
+    check_snapshot(&db, &values, &mut report)?;
     cross_checks(&mut report);
     Ok(report)
+}
+
+/// How the store's values are encoded: by its format, and where a
+/// conversion to format 4 is under way, by how far it got (a check may
+/// run on a store that berthd has not opened since an upgrade).
+struct Values {
+    format: u32,
+    progress: Option<Progress>,
+}
+
+impl Values {
+    fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        cf_name: &str,
+        key: &[u8],
+        bytes: &[u8],
+    ) -> Result<T, String> {
+        format4::value_encoding(self.format, self.progress.as_ref(), cf_name, key).decode(bytes)
+    }
 }
 
 /// Reads and decodes one key; a value that does not decode is a problem.
 fn read<T: serde::de::DeserializeOwned>(
     db: &DB,
+    values: &Values,
     cf_name: &str,
     key: &[u8],
     what: &str,
@@ -143,7 +164,7 @@ fn read<T: serde::de::DeserializeOwned>(
     let Some(bytes) = db.get_cf(cf(db, cf_name), key)? else {
         return Ok(None);
     };
-    match decode(&bytes) {
+    match values.decode(cf_name, key, &bytes) {
         Ok(v) => Ok(Some(v)),
         Err(e) => {
             report.problem(format!(
@@ -155,8 +176,24 @@ fn read<T: serde::de::DeserializeOwned>(
     }
 }
 
-fn check_meta(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
-    report.format_version = read(db, CF_META, KEY_FORMAT, "the format version", report)?;
+fn check_meta(db: &DB, report: &mut CheckReport) -> Result<Values, StoreError> {
+    // The format version is JSON in every format.
+    let json = Values {
+        format: 0,
+        progress: None,
+    };
+    report.format_version = read(db, &json, CF_META, KEY_FORMAT, "the format version", report)?;
+    let progress = match format4::read_progress(db) {
+        Ok(p) => p,
+        Err(e) => {
+            report.problem(e);
+            None
+        }
+    };
+    let values = Values {
+        format: report.format_version.unwrap_or(FORMAT_VERSION),
+        progress,
+    };
     match report.format_version {
         None => report.problem("the format version is missing".into()),
         Some(v) if v > FORMAT_VERSION => report.problem(format!(
@@ -166,21 +203,28 @@ fn check_meta(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
         // open (the printed format version says which it is).
         Some(_) => {}
     }
-    report.vote = read(db, CF_META, KEY_VOTE, "the vote", report)?;
-    report.committed =
-        read::<Option<LogId<NodeId>>>(db, CF_META, KEY_COMMITTED, "the committed log id", report)?
-            .flatten();
+    report.vote = read(db, &values, CF_META, KEY_VOTE, "the vote", report)?;
+    report.committed = read::<Option<LogId<NodeId>>>(
+        db,
+        &values,
+        CF_META,
+        KEY_COMMITTED,
+        "the committed log id",
+        report,
+    )?
+    .flatten();
     report.last_purged = read(
         db,
+        &values,
         CF_META,
         KEY_LAST_PURGED,
         "the last purged log id",
         report,
     )?;
-    Ok(())
+    Ok(values)
 }
 
-fn check_log(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
+fn check_log(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(), StoreError> {
     // The first entry after a purge is last_purged + 1; a log never purged
     // starts where openraft put its first entry (index 0 on a bootstrap).
     let mut expected_index: Option<u64> = report.last_purged.map(|l| l.index.saturating_add(1));
@@ -202,7 +246,7 @@ fn check_log(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
             }
         }
         expected_index = Some(index.saturating_add(1));
-        let entry: Entry<TypeConfig> = match decode(&value) {
+        let entry: Entry<TypeConfig> = match values.decode(CF_LOGS, &key, &value) {
             Ok(e) => e,
             Err(e) => {
                 report.problem(format!("log entry {index} does not decode: {e}"));
@@ -237,12 +281,32 @@ fn check_log(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn check_state(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
-    report.last_applied =
-        read::<Option<LogId<NodeId>>>(db, CF_SM_META, KEY_LAST_APPLIED, "last applied", report)?
-            .flatten();
-    report.membership = read(db, CF_SM_META, KEY_MEMBERSHIP, "the membership", report)?;
-    report.counters = read(db, CF_SM_META, KEY_COUNTERS, "the id counters", report)?;
+fn check_state(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(), StoreError> {
+    report.last_applied = read::<Option<LogId<NodeId>>>(
+        db,
+        values,
+        CF_SM_META,
+        KEY_LAST_APPLIED,
+        "last applied",
+        report,
+    )?
+    .flatten();
+    report.membership = read(
+        db,
+        values,
+        CF_SM_META,
+        KEY_MEMBERSHIP,
+        "the membership",
+        report,
+    )?;
+    report.counters = read(
+        db,
+        values,
+        CF_SM_META,
+        KEY_COUNTERS,
+        "the id counters",
+        report,
+    )?;
 
     let mut max_job_id = 0u64;
     let mut max_alloc_id = 0u64;
@@ -255,7 +319,7 @@ fn check_state(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
             report.problem(format!("a job key is {} bytes, not 8", key.len()));
             continue;
         };
-        let record: JobRecord = match decode(&value) {
+        let record: JobRecord = match values.decode(CF_SM_JOBS, &key, &value) {
             Ok(r) => r,
             Err(e) => {
                 report.problem(format!("job {id} does not decode: {e}"));
@@ -289,7 +353,7 @@ fn check_state(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
     for item in db.iterator_cf(cf(db, CF_SM_HOSTS), IteratorMode::Start) {
         let (key, value) = item?;
         let name = String::from_utf8_lossy(&key).into_owned();
-        match decode::<HostRecord>(&value) {
+        match values.decode::<HostRecord>(CF_SM_HOSTS, &key, &value) {
             Ok(record) => {
                 if record.name != name {
                     report.problem(format!(
@@ -317,7 +381,7 @@ fn check_state(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
         let (key, value) = item?;
         let request_id = String::from_utf8_lossy(&key).into_owned();
         report.request_ids += 1;
-        match decode::<u64>(&value) {
+        match values.decode::<u64>(CF_SM_REQUESTS, &key, &value) {
             Ok(job_id) if !job_ids.contains(&job_id) => report.problem(format!(
                 "request id {request_id} names job {job_id}, which does not exist"
             )),
@@ -349,9 +413,10 @@ fn check_state(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn check_snapshot(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
+fn check_snapshot(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(), StoreError> {
     let meta: Option<SnapshotMeta<NodeId, BasicNode>> = read(
         db,
+        values,
         CF_SM_META,
         KEY_SNAPSHOT_META,
         "the snapshot metadata",
@@ -365,13 +430,14 @@ fn check_snapshot(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
     }
     // Format 2's bytes, which opening the store removes; a store that
     // opened and still has them was written by something else.
-    if db
-        .get_cf(cf(db, CF_SM_META), KEY_SNAPSHOT_DATA_V2)?
-        .is_some()
-        && report.format_version == Some(FORMAT_VERSION)
+    let format = report.format_version.unwrap_or(0);
+    if format >= 3
+        && db
+            .get_cf(cf(db, CF_SM_META), KEY_SNAPSHOT_DATA_V2)?
+            .is_some()
     {
         report.problem(format!(
-            "a format 2 snapshot's bytes are stored in a format {FORMAT_VERSION} store"
+            "a format 2 snapshot's bytes are stored in a format {format} store"
         ));
     }
     Ok(())

@@ -46,6 +46,10 @@ pub enum StoreError {
     SnapshotPin(String),
     #[error("rocksdb: {0}")]
     Rocks(#[from] rocksdb::Error),
-    #[error("encoding: {0}")]
-    Codec(#[from] serde_json::Error),
+    /// A snapshot's or a backup's JSON.
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A stored value (MessagePack).
+    #[error("stored value: {0}")]
+    Codec(#[from] crate::codec::CodecError),
 }

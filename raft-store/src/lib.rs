@@ -8,6 +8,8 @@
 //! - [`store`]: the RocksDB layout, log storage and state-machine storage.
 //! - [`snapshot_data`]: a Raft snapshot's bytes, serialized from the
 //!   store's tables only when a follower needs them.
+//! - [`codec`]: how stored values and Raft messages are encoded
+//!   (MessagePack with field names).
 //! - [`check`]: read-only verification of a store (`berthd store check`).
 //! - [`backup`]: the backup file (`berth admin backup`) and restoring one
 //!   into a new store (`berthd store restore`).
@@ -20,6 +22,7 @@
 
 pub mod backup;
 pub mod check;
+pub mod codec;
 pub mod command;
 pub mod error;
 pub mod policy;

@@ -48,6 +48,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::backup::Backup;
+use crate::codec::CodecError;
 use crate::command::{Command, Response};
 use crate::error::StoreError;
 use crate::state::{Counters, Dirty, SharedState, SmData, SmState};
@@ -63,7 +64,10 @@ use crate::{NodeId, TypeConfig};
 ///   is instead of inflated about fourfold.
 /// - 3: the snapshot's metadata only: its bytes are serialized from the
 ///   state-machine tables when a follower needs them.
-pub const FORMAT_VERSION: u32 = 3;
+/// - 4: every value MessagePack with field names instead of JSON
+///   ([`crate::codec`]), except the format version itself, which every
+///   format writes as JSON ([`format4`]).
+pub const FORMAT_VERSION: u32 = 4;
 
 pub(crate) const CF_META: &str = "meta";
 pub(crate) const CF_LOGS: &str = "logs";
@@ -172,9 +176,9 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
     })
 }
 
-/// Column family options. Records are JSON, which LZ4 shrinks several
-/// fold for little CPU; table files written before this setting stay
-/// readable (compression is recorded per block).
+/// Column family options. Records repeat their field names, which LZ4
+/// shrinks several fold for little CPU; table files written before this
+/// setting stay readable (compression is recorded per block).
 pub(crate) fn cf_options() -> Options {
     let mut opts = Options::default();
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
@@ -230,7 +234,7 @@ fn create(path: &Path) -> Result<(), StoreError> {
         let db =
             DB::open_cf_descriptors(&opts, &staging, cfs).map_err(|e| open_error(&staging, e))?;
         let mut batch = WriteBatch::default();
-        batch.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&FORMAT_VERSION)?);
+        batch.put_cf(cf(&db, CF_META), KEY_FORMAT, encode_format(FORMAT_VERSION)?);
         db.write_opt(batch, &synced())?;
     }
     std::fs::rename(&staging, path).map_err(io)?;
@@ -316,29 +320,43 @@ struct StoredSnapshotV1 {
     meta: SnapshotMeta<NodeId, BasicNode>,
 }
 
-/// Brings an older store to [`FORMAT_VERSION`] in one synced batch, so a
-/// crash leaves either the old layout or the new one. The stored snapshot
-/// keeps its metadata and loses its bytes, which the tables hold anyway.
+/// Brings an older store to [`FORMAT_VERSION`]. Formats 1 and 2 become 3
+/// in one synced batch, so a crash leaves either the old layout or the new
+/// one: the stored snapshot keeps its metadata and loses its bytes, which
+/// the tables hold anyway. Format 3 becomes 4 in bounded batches that a
+/// crash leaves resumable ([`format4`]).
 fn migrate(db: &DB, path: &Path, from: u32) -> Result<(), StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {
         path: path.to_path_buf(),
         detail,
     };
-    if from != 1 && from != 2 {
+    if !(1..=3).contains(&from) {
         return Err(corrupt(format!("unknown format version {from}")));
     }
-    let sm_meta = cf(db, CF_SM_META);
-    let mut batch = WriteBatch::default();
-    if let Some(bytes) = db.get_cf(sm_meta, KEY_SNAPSHOT_V1)? {
-        let old: StoredSnapshotV1 =
-            decode(&bytes).map_err(|e| corrupt(format!("format 1 snapshot unreadable: {e}")))?;
-        batch.put_cf(sm_meta, KEY_SNAPSHOT_META, encode(&old.meta)?);
-        batch.delete_cf(sm_meta, KEY_SNAPSHOT_V1);
+    if from < 3 {
+        let sm_meta = cf(db, CF_SM_META);
+        let mut batch = WriteBatch::default();
+        if let Some(bytes) = db.get_cf(sm_meta, KEY_SNAPSHOT_V1)? {
+            let old: StoredSnapshotV1 = serde_json::from_slice(&bytes)
+                .map_err(|e| corrupt(format!("format 1 snapshot unreadable: {e}")))?;
+            batch.put_cf(sm_meta, KEY_SNAPSHOT_META, serde_json::to_vec(&old.meta)?);
+            batch.delete_cf(sm_meta, KEY_SNAPSHOT_V1);
+        }
+        batch.delete_cf(sm_meta, KEY_SNAPSHOT_DATA_V2);
+        batch.put_cf(cf(db, CF_META), KEY_FORMAT, encode_format(3)?);
+        db.write_opt(batch, &synced())?;
     }
-    batch.delete_cf(sm_meta, KEY_SNAPSHOT_DATA_V2);
-    batch.put_cf(cf(db, CF_META), KEY_FORMAT, encode(&FORMAT_VERSION)?);
-    db.write_opt(batch, &synced())?;
-    tracing::info!(path = %path.display(), from, to = FORMAT_VERSION, "store format migrated");
+    let started = std::time::Instant::now();
+    let converted = format4::convert_to_messagepack(db)
+        .map_err(|e| corrupt(format!("converting to format 4: {e}")))?;
+    tracing::info!(
+        path = %path.display(),
+        from,
+        to = FORMAT_VERSION,
+        values_converted = converted,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "store format migrated"
+    );
     Ok(())
 }
 
@@ -379,42 +397,40 @@ fn check_raft_meta(db: &DB, path: &Path) -> Result<(), StoreError> {
 }
 
 fn load_state(db: &DB, path: &Path) -> Result<SmData, StoreError> {
-    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt {
+    let corrupt = |what: &str, e: CodecError| StoreError::Corrupt {
         path: path.to_path_buf(),
         detail: format!("{what}: {e}"),
     };
     let meta = cf(db, CF_SM_META);
     let mut data = SmData::default();
     if let Some(v) = db.get_cf(meta, KEY_LAST_APPLIED)? {
-        data.last_applied = serde_json::from_slice(&v).map_err(|e| corrupt("last applied", e))?;
+        data.last_applied = decode(&v).map_err(|e| corrupt("last applied", e))?;
     }
     if let Some(v) = db.get_cf(meta, KEY_MEMBERSHIP)? {
-        data.last_membership = serde_json::from_slice(&v).map_err(|e| corrupt("membership", e))?;
+        data.last_membership = decode(&v).map_err(|e| corrupt("membership", e))?;
     }
     if let Some(v) = db.get_cf(meta, KEY_COUNTERS)? {
-        data.counters =
-            serde_json::from_slice::<Counters>(&v).map_err(|e| corrupt("counters", e))?;
+        data.counters = decode::<Counters>(&v).map_err(|e| corrupt("counters", e))?;
     }
     if let Some(v) = db.get_cf(meta, KEY_POLICY)? {
-        data.policy = serde_json::from_slice(&v).map_err(|e| corrupt("policy", e))?;
+        data.policy = decode(&v).map_err(|e| corrupt("policy", e))?;
     }
     if let Some(v) = db.get_cf(meta, KEY_USAGE)? {
-        data.usage = serde_json::from_slice(&v).map_err(|e| corrupt("usage", e))?;
+        data.usage = decode(&v).map_err(|e| corrupt("usage", e))?;
     }
     for item in db.iterator_cf(cf(db, CF_SM_JOBS), IteratorMode::Start) {
         let (_, v) = item?;
-        let record: crate::JobRecord = serde_json::from_slice(&v).map_err(|e| corrupt("job", e))?;
+        let record: crate::JobRecord = decode(&v).map_err(|e| corrupt("job", e))?;
         data.jobs.insert(record.job.id, record);
     }
     for item in db.iterator_cf(cf(db, CF_SM_HOSTS), IteratorMode::Start) {
         let (_, v) = item?;
-        let record: crate::HostRecord =
-            serde_json::from_slice(&v).map_err(|e| corrupt("host", e))?;
+        let record: crate::HostRecord = decode(&v).map_err(|e| corrupt("host", e))?;
         data.hosts.insert(record.name.clone(), record);
     }
     for item in db.iterator_cf(cf(db, CF_SM_REQUESTS), IteratorMode::Start) {
         let (k, v) = item?;
-        let job_id: u64 = serde_json::from_slice(&v).map_err(|e| corrupt("request id", e))?;
+        let job_id: u64 = decode(&v).map_err(|e| corrupt("request id", e))?;
         data.request_ids
             .insert(String::from_utf8_lossy(&k).into_owned(), job_id);
     }
@@ -439,12 +455,20 @@ pub(crate) fn index_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
 
-pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
-    serde_json::from_slice(bytes)
+/// Decodes a stored value (format 4: MessagePack, [`crate::codec`]).
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    crate::codec::from_slice(bytes)
 }
 
-pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
-    serde_json::to_vec(value)
+/// Encodes a value to store (format 4: MessagePack, [`crate::codec`]).
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
+    crate::codec::to_vec(value)
+}
+
+/// The format version as every format stores it: JSON, so any berthd reads
+/// it and refuses a format newer than its own by name.
+pub(crate) fn encode_format(format: u32) -> Result<Vec<u8>, serde_json::Error> {
+    serde_json::to_vec(&format)
 }
 
 /// The Raft log and Raft metadata.
@@ -784,8 +808,8 @@ fn write_sm_meta(
 /// snapshot: sm_meta and every table are read at the same sequence number,
 /// and each apply batch is one `WriteBatch`, so the result is the state
 /// after exactly one apply batch. No lock is taken: apply goes on while this
-/// runs. Records are copied as stored (they are already JSON), checked only
-/// for well-formedness, which is much cheaper than decoding them.
+/// runs. Records are stored as MessagePack and written out as JSON (the
+/// snapshot's encoding since format 1, which every version installs).
 pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
     serialize_state_at(db, &db.snapshot())
 }
@@ -876,13 +900,13 @@ pub(crate) fn serialize_state_at(
             // (what serde_json writes for a u64-keyed map), names escaped.
             if table == CF_SM_JOBS {
                 let id =
-                    key_to_index(&key).map_err(|e| StoreError::Codec(serde_json::Error::io(e)))?;
+                    key_to_index(&key).map_err(|e| StoreError::Json(serde_json::Error::io(e)))?;
                 out.push(b'"');
                 out.extend_from_slice(id.to_string().as_bytes());
                 out.push(b'"');
             } else {
                 let name = std::str::from_utf8(&key).map_err(|e| {
-                    StoreError::Codec(serde_json::Error::io(std::io::Error::new(
+                    StoreError::Json(serde_json::Error::io(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
                         format!("{field} key is not UTF-8: {e}"),
                     )))
@@ -890,8 +914,17 @@ pub(crate) fn serialize_state_at(
                 serde_json::to_writer(&mut out, name)?;
             }
             out.push(b':');
-            serde_json::from_slice::<serde::de::IgnoredAny>(&value)?;
-            out.extend_from_slice(&value);
+            // Stored as MessagePack; a snapshot carries JSON, which every
+            // version reads.
+            match table {
+                CF_SM_JOBS => {
+                    serde_json::to_writer(&mut out, &decode::<crate::JobRecord>(&value)?)?
+                }
+                CF_SM_HOSTS => {
+                    serde_json::to_writer(&mut out, &decode::<crate::HostRecord>(&value)?)?
+                }
+                _ => serde_json::to_writer(&mut out, &decode::<u64>(&value)?)?,
+            }
             rows[n] += 1;
         }
         out.push(b'}');
@@ -1051,8 +1084,8 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .await
             .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
         let bytes_len = bytes.len();
-        let mut data: SmData =
-            decode(&bytes).map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
+        let mut data: SmData = serde_json::from_slice(&bytes)
+            .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
         data.last_applied = meta.last_log_id;
         data.last_membership = meta.last_membership.clone();
 
@@ -1137,6 +1170,7 @@ pub fn store_path(data_dir: &Path) -> PathBuf {
     data_dir.join("raft")
 }
 
+pub(crate) mod format4;
 mod recent;
 
 #[cfg(test)]

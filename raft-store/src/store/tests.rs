@@ -45,7 +45,7 @@ fn newer_format_is_refused() {
         db.put_cf(
             cf(&db, CF_META),
             KEY_FORMAT,
-            encode(&(FORMAT_VERSION + 1)).expect("enc"),
+            encode_format(FORMAT_VERSION + 1).expect("enc"),
         )
         .expect("put");
     }
@@ -403,7 +403,7 @@ fn older_snapshot_meta() -> SnapshotMeta<NodeId, BasicNode> {
 
 /// The format version the store records.
 fn stored_format(db: &DB) -> u32 {
-    decode(
+    serde_json::from_slice(
         &db.get_cf(cf(db, CF_META), KEY_FORMAT)
             .expect("get")
             .expect("format"),
@@ -412,14 +412,55 @@ fn stored_format(db: &DB) -> u32 {
 }
 
 /// Leaves a populated store under `dir` as format `format` wrote it:
-/// `write_snapshot` puts that format's snapshot keys, and the store is
-/// stamped with the format and closed.
+/// every value JSON, `write_snapshot` puts that format's snapshot keys, and
+/// the store is stamped with the format and closed.
 fn older_format_store(dir: &Path, format: u32, write_snapshot: impl FnOnce(&DB)) {
-    let handles = populated(dir, 3);
+    older_format_store_of(dir, format, 3, write_snapshot);
+}
+
+/// [`older_format_store`] with `jobs` jobs; returns the state it holds.
+fn older_format_store_of(
+    dir: &Path,
+    format: u32,
+    jobs: u64,
+    write_snapshot: impl FnOnce(&DB),
+) -> SmData {
+    assert!(format < format4::FORMAT_MESSAGEPACK);
+    let handles = populated(dir, jobs);
     let db = handles.log.db.clone();
+    values_to_json(&db);
     write_snapshot(&db);
-    db.put_cf(cf(&db, CF_META), KEY_FORMAT, encode(&format).expect("enc"))
-        .expect("put");
+    db.put_cf(
+        cf(&db, CF_META),
+        KEY_FORMAT,
+        encode_format(format).expect("enc"),
+    )
+    .expect("put");
+    let data = handles.state.read().expect("lock").data.clone();
+    data
+}
+
+/// Rewrites every stored value as JSON, as formats 1 to 3 stored them.
+fn values_to_json(db: &DB) {
+    for name in ALL_CFS {
+        let mut batch = WriteBatch::default();
+        for item in db.iterator_cf(cf(db, name), IteratorMode::Start) {
+            let (key, value) = item.expect("read");
+            if name == CF_META && key.as_ref() == KEY_FORMAT {
+                continue;
+            }
+            let json = format4::transcode(
+                name,
+                &key,
+                &value,
+                format4::Encoding::MessagePack,
+                format4::Encoding::Json,
+            )
+            .expect("transcode");
+            batch.put_cf(cf(db, name), &key, json);
+        }
+        db.write(batch).expect("write");
+    }
 }
 
 #[test]
@@ -439,7 +480,7 @@ fn format_1_snapshot_is_migrated() {
         db.put_cf(
             cf(db, CF_SM_META),
             KEY_SNAPSHOT_V1,
-            encode(&v1).expect("enc"),
+            serde_json::to_vec(&v1).expect("enc"),
         )
         .expect("put");
     });
@@ -469,8 +510,12 @@ fn format_2_snapshot_bytes_are_dropped() {
     let meta = older_snapshot_meta();
     older_format_store(dir.path(), 2, |db| {
         let sm_meta = cf(db, CF_SM_META);
-        db.put_cf(sm_meta, KEY_SNAPSHOT_META, encode(&meta).expect("enc"))
-            .expect("put");
+        db.put_cf(
+            sm_meta,
+            KEY_SNAPSHOT_META,
+            serde_json::to_vec(&meta).expect("enc"),
+        )
+        .expect("put");
         db.put_cf(sm_meta, KEY_SNAPSHOT_DATA_V2, b"{}")
             .expect("put");
     });
@@ -482,6 +527,139 @@ fn format_2_snapshot_bytes_are_dropped() {
         .expect("get")
         .is_none());
     assert_eq!(stored_format(&db), FORMAT_VERSION);
+}
+
+/// Every value of the store at `dir` decodes as MessagePack, as the type
+/// stored under its key, and nothing records a conversion under way.
+fn assert_all_messagepack(db: &DB) {
+    for name in ALL_CFS {
+        for item in db.iterator_cf(cf(db, name), IteratorMode::Start) {
+            let (key, value) = item.expect("read");
+            if name == CF_META && key.as_ref() == KEY_FORMAT {
+                continue;
+            }
+            format4::transcode(
+                name,
+                &key,
+                &value,
+                format4::Encoding::MessagePack,
+                format4::Encoding::MessagePack,
+            )
+            .unwrap_or_else(|e| panic!("{name}/{}: {e}", String::from_utf8_lossy(&key)));
+        }
+    }
+    assert!(format4::read_progress(db).expect("progress").is_none());
+}
+
+#[test]
+fn format_3_json_values_are_converted() {
+    let dir = TempDir::new().expect("tempdir");
+    let before = older_format_store_of(dir.path(), 3, 12, |_| {});
+    let report = crate::check::check(dir.path()).expect("check");
+    assert!(
+        report.is_ok(),
+        "a format 3 store checks clean: {:?}",
+        report.problems
+    );
+    assert_eq!(report.format_version, Some(3));
+    assert_eq!(report.jobs, 12);
+
+    let handles = open(dir.path()).expect("a format 3 store opens");
+    let db = handles.log.db.clone();
+    assert_eq!(stored_format(&db), FORMAT_VERSION);
+    assert_all_messagepack(&db);
+    {
+        let state = handles.state.read().expect("lock");
+        same_state(&SmState::from_data(before.clone()), &state);
+        assert_eq!(state.data.policy, before.policy);
+        assert_eq!(state.data.usage, before.usage);
+    }
+    // The log reads back whole, as openraft will read it.
+    let mut log = handles.log.clone();
+    let entries = runtime()
+        .block_on(log.try_get_log_entries(0..u64::MAX))
+        .expect("read log");
+    assert_eq!(entries.len() as u64, report.log_entries);
+    drop(handles);
+    let report = crate::check::check(dir.path()).expect("check");
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert_eq!(report.format_version, Some(FORMAT_VERSION));
+}
+
+#[test]
+fn an_interrupted_conversion_resumes() {
+    let dir = TempDir::new().expect("tempdir");
+    let before = older_format_store_of(dir.path(), 3, 20, |_| {});
+    {
+        // What a crash leaves: three batches of five values written (the
+        // metadata, then ten log entries), the rest still JSON.
+        let handles = open_unmigrated(dir.path());
+        let done = format4::convert_batches(&handles, 5, 3).expect("convert");
+        assert!(!done.finished);
+        let progress = format4::read_progress(&handles)
+            .expect("progress")
+            .expect("a conversion under way");
+        assert_eq!(progress.cf, CF_LOGS);
+        assert!(progress.after.is_some());
+    }
+    // A check reads each value in the encoding it is in.
+    let report = crate::check::check(dir.path()).expect("check");
+    assert!(report.is_ok(), "mid-conversion: {:?}", report.problems);
+    assert_eq!(report.format_version, Some(3));
+    assert_eq!(report.jobs, 20);
+    {
+        // Resumed a few batches at a time, across the tables' boundaries.
+        let handles = open_unmigrated(dir.path());
+        let mut rounds = 0;
+        while !format4::convert_batches(&handles, 5, 2)
+            .expect("convert")
+            .finished
+        {
+            rounds += 1;
+            assert!(rounds < 100, "the conversion does not end");
+            let report = crate::check::check(dir.path()).expect("check");
+            assert!(report.is_ok(), "round {rounds}: {:?}", report.problems);
+        }
+        assert!(rounds > 3, "the conversion took {rounds} rounds");
+    }
+    let handles = open(dir.path()).expect("a converted store opens");
+    let db = handles.log.db.clone();
+    assert_eq!(stored_format(&db), FORMAT_VERSION);
+    assert_all_messagepack(&db);
+    same_state(
+        &SmState::from_data(before),
+        &handles.state.read().expect("lock"),
+    );
+}
+
+/// The store's RocksDB opened without `open`'s format check, which would
+/// finish a conversion.
+fn open_unmigrated(dir: &Path) -> DB {
+    let cfs = ALL_CFS
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, cf_options()));
+    DB::open_cf_descriptors(&Options::default(), dir, cfs).expect("open")
+}
+
+#[test]
+fn a_value_that_does_not_convert_names_its_key() {
+    let dir = TempDir::new().expect("tempdir");
+    older_format_store_of(dir.path(), 3, 4, |db| {
+        db.put_cf(cf(db, CF_SM_JOBS), index_key(2), b"{\"job\":")
+            .expect("put");
+    });
+    let message = expect_corrupt(open(dir.path()), "an unconvertible job");
+    assert!(message.contains("format 4"), "{message}");
+    assert!(message.contains("sm_jobs/2"), "{message}");
+    // The store stays format 3, converted up to the jobs table (the batch
+    // that held job 2 was not written).
+    let db = open_unmigrated(dir.path());
+    assert_eq!(stored_format(&db), 3);
+    let progress = format4::read_progress(&db)
+        .expect("read")
+        .expect("progress");
+    assert_eq!(progress.cf, CF_SM_JOBS);
+    assert_eq!(progress.after, None);
 }
 
 // ---- snapshots ------------------------------------------------------------
@@ -561,7 +739,7 @@ fn apply_goes_on_while_a_snapshot_is_built() {
     drop(guard);
     assert_eq!(snapshot.meta.last_log_id, before);
     let bytes = rt.block_on(snapshot.snapshot.into_bytes()).expect("bytes");
-    let data: SmData = decode(&bytes).expect("decode");
+    let data: SmData = serde_json::from_slice(&bytes).expect("decode");
     assert_eq!(data.jobs.len(), 2_000);
 }
 
@@ -595,7 +773,7 @@ fn a_snapshot_reads_as_of_its_metadata_whatever_is_applied_after() {
     assert_eq!(handles.state.read().expect("lock").data.jobs.len(), 25);
     for snapshot in [built, current] {
         let bytes = rt.block_on(snapshot.snapshot.into_bytes()).expect("bytes");
-        let data: SmData = decode(&bytes).expect("decode");
+        let data: SmData = serde_json::from_slice(&bytes).expect("decode");
         assert_eq!(data.jobs.len(), 20);
         assert_eq!(data.last_applied, snapshot.meta.last_log_id);
     }
@@ -606,7 +784,13 @@ fn a_snapshot_reads_as_of_its_metadata_whatever_is_applied_after() {
         .expect("a snapshot");
     assert_eq!(now.meta.last_log_id.map(|l| l.index), Some(pinned_at + 5));
     let bytes = rt.block_on(now.snapshot.into_bytes()).expect("bytes");
-    assert_eq!(decode::<SmData>(&bytes).expect("decode").jobs.len(), 25);
+    assert_eq!(
+        serde_json::from_slice::<SmData>(&bytes)
+            .expect("decode")
+            .jobs
+            .len(),
+        25
+    );
 }
 
 // ---- store check ----------------------------------------------------------
