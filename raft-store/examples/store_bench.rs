@@ -1,6 +1,7 @@
 //! Store benchmarks (issue 5). Build with --release for figures:
 //!
 //!   cargo run --release -p berth-raft-store --example store_bench -- [--jobs N] [--dir DIR]
+//!   cargo run --release -p berth-raft-store --example store_bench -- --open STORE
 //!
 //! Measures, on the real `LogStore` / `StateMachineStore` code:
 //! - log append with a synced WAL at batch sizes 1, 16 and 256 (entries/s);
@@ -9,6 +10,11 @@
 //! - with N jobs in state (default 1,000,000): bytes on disk per job,
 //!   reopen time (until the state is loaded and reads can be served),
 //!   snapshot build time and size, install time into a fresh store.
+//!
+//! `--open STORE` instead opens an existing store in place and says how
+//! long it took until reads could be served, which includes converting a
+//! store an earlier version wrote (its format before and after are
+//! printed). It changes the store as a node's start would.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -170,19 +176,46 @@ async fn bench_large_state(base: &Path, jobs: u64) -> Result<(), Box<dyn std::er
     Ok(())
 }
 
+/// `--open STORE`: the time to open an existing store, migration included.
+fn open_existing(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let before = berth_raft_store::check(path)?.format_version;
+    let started = Instant::now();
+    let store = open(path)?;
+    let opened = started.elapsed();
+    let loaded = store.state.read().map(|s| s.data.jobs.len()).unwrap_or(0);
+    drop(store);
+    let after = berth_raft_store::check(path)?.format_version;
+    println!(
+        "open    {} ({loaded} jobs, format {} -> {}): {:.2} s until the state is loaded",
+        path.display(),
+        before.map_or("?".into(), |v| v.to_string()),
+        after.map_or("?".into(), |v| v.to_string()),
+        opened.as_secs_f64()
+    );
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut jobs: u64 = 1_000_000;
     let mut dir: Option<PathBuf> = None;
+    let mut existing: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--jobs" => jobs = args.next().ok_or("--jobs needs a number")?.parse()?,
             "--dir" => dir = Some(args.next().ok_or("--dir needs a path")?.into()),
+            "--open" => existing = Some(args.next().ok_or("--open needs a path")?.into()),
             other => {
-                return Err(format!("unknown argument {other}; use --jobs N, --dir DIR").into())
+                return Err(format!(
+                    "unknown argument {other}; use --jobs N, --dir DIR, or --open STORE"
+                )
+                .into())
             }
         }
+    }
+    if let Some(path) = existing {
+        return open_existing(&path);
     }
     // Under DIR when given (pick a disk like the one nodes use), else the
     // system temporary directory; removed at the end either way.
