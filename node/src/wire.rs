@@ -9,6 +9,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use berth_proto::raft::PayloadEncoding;
+use berth_raft_store::codec::Encoding;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -29,27 +30,25 @@ pub fn count_sent(call: &'static str, encoding: PayloadEncoding) {
         .increment(1);
 }
 
+/// The codec that `encoding` names.
+fn codec(encoding: PayloadEncoding) -> Encoding {
+    match encoding {
+        PayloadEncoding::Json => Encoding::Json,
+        PayloadEncoding::Messagepack => Encoding::MessagePack,
+    }
+}
+
 /// Encodes `value` as `encoding` says.
 pub fn encode<T: Serialize + ?Sized>(
     encoding: PayloadEncoding,
     value: &T,
 ) -> Result<Vec<u8>, String> {
-    match encoding {
-        PayloadEncoding::Json => serde_json::to_vec(value).map_err(|e| e.to_string()),
-        PayloadEncoding::Messagepack => {
-            berth_raft_store::codec::to_vec(value).map_err(|e| e.to_string())
-        }
-    }
+    codec(encoding).encode(value)
 }
 
 /// Decodes `bytes`, encoded as `encoding` says.
 pub fn decode<T: DeserializeOwned>(encoding: PayloadEncoding, bytes: &[u8]) -> Result<T, String> {
-    match encoding {
-        PayloadEncoding::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
-        PayloadEncoding::Messagepack => {
-            berth_raft_store::codec::from_slice(bytes).map_err(|e| e.to_string())
-        }
-    }
+    codec(encoding).decode(bytes)
 }
 
 /// The encoding a message names; one this version does not know is an

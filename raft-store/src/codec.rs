@@ -19,6 +19,32 @@ use std::io::Cursor;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+/// An encoding of stored values and Raft payloads: JSON (formats 1 to 3,
+/// and peers of earlier versions) or MessagePack ([`to_vec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Json,
+    MessagePack,
+}
+
+impl Encoding {
+    /// Encodes `value` in this encoding.
+    pub fn encode<T: Serialize + ?Sized>(self, value: &T) -> Result<Vec<u8>, String> {
+        match self {
+            Encoding::Json => serde_json::to_vec(value).map_err(|e| e.to_string()),
+            Encoding::MessagePack => to_vec(value).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Decodes one value that fills `bytes`, written in this encoding.
+    pub fn decode<T: DeserializeOwned>(self, bytes: &[u8]) -> Result<T, String> {
+        match self {
+            Encoding::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+            Encoding::MessagePack => from_slice(bytes).map_err(|e| e.to_string()),
+        }
+    }
+}
+
 /// A value that could not be encoded or decoded.
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {

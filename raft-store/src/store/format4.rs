@@ -26,6 +26,7 @@ use super::{
     KEY_COMMITTED, KEY_COUNTERS, KEY_FORMAT, KEY_LAST_APPLIED, KEY_LAST_PURGED, KEY_MEMBERSHIP,
     KEY_POLICY, KEY_SNAPSHOT_META, KEY_USAGE, KEY_VOTE,
 };
+use crate::codec::Encoding;
 use crate::policy::{PolicyTables, UsageState};
 use crate::state::{Counters, HostRecord, JobRecord};
 use crate::{NodeId, TypeConfig};
@@ -44,29 +45,6 @@ pub(crate) const MIGRATE_BATCH_VALUES_MAX: usize = 4096;
 /// small metadata families (`meta`, `sm_meta`) are converted first, in one
 /// batch, which also writes the first progress record.
 const LARGE_CFS: [&str; 4] = [CF_LOGS, CF_SM_JOBS, CF_SM_HOSTS, CF_SM_REQUESTS];
-
-/// How a stored value is encoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Encoding {
-    Json,
-    MessagePack,
-}
-
-impl Encoding {
-    pub(crate) fn decode<T: DeserializeOwned>(self, bytes: &[u8]) -> Result<T, String> {
-        match self {
-            Encoding::Json => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
-            Encoding::MessagePack => crate::codec::from_slice(bytes).map_err(|e| e.to_string()),
-        }
-    }
-
-    fn encode<T: Serialize>(self, value: &T) -> Result<Vec<u8>, String> {
-        match self {
-            Encoding::Json => serde_json::to_vec(value).map_err(|e| e.to_string()),
-            Encoding::MessagePack => crate::codec::to_vec(value).map_err(|e| e.to_string()),
-        }
-    }
-}
 
 /// How far a conversion got: `meta` and `sm_meta` whole, the families of
 /// [`LARGE_CFS`] before `cf` whole, and in `cf` every key up to `after`.
@@ -298,7 +276,7 @@ pub(crate) fn convert_batches(
             }
             None => {
                 batch.delete_cf(cf(db, CF_META), KEY_FORMAT4_PROGRESS);
-                let format = serde_json::to_vec(&FORMAT_MESSAGEPACK).map_err(|e| e.to_string())?;
+                let format = super::encode_format(FORMAT_MESSAGEPACK).map_err(|e| e.to_string())?;
                 batch.put_cf(cf(db, CF_META), KEY_FORMAT, format);
                 db.write_opt(batch, &synced()).map_err(|e| e.to_string())?;
                 return Ok(Converted {

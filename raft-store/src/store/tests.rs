@@ -453,8 +453,8 @@ fn values_to_json(db: &DB) {
                 name,
                 &key,
                 &value,
-                format4::Encoding::MessagePack,
-                format4::Encoding::Json,
+                crate::codec::Encoding::MessagePack,
+                crate::codec::Encoding::Json,
             )
             .expect("transcode");
             batch.put_cf(cf(db, name), &key, json);
@@ -542,8 +542,8 @@ fn assert_all_messagepack(db: &DB) {
                 name,
                 &key,
                 &value,
-                format4::Encoding::MessagePack,
-                format4::Encoding::MessagePack,
+                crate::codec::Encoding::MessagePack,
+                crate::codec::Encoding::MessagePack,
             )
             .unwrap_or_else(|e| panic!("{name}/{}: {e}", String::from_utf8_lossy(&key)));
         }
