@@ -2,16 +2,16 @@
 //! `squeue` or `scancel` it behaves as `berth submit`, `berth queue` or
 //! `berth cancel`, so Slurm users and scripts keep their commands.
 
+mod allocator;
 mod cli;
 
 use cli::Tool;
 use std::process::ExitCode;
 
-/// mimalloc rather than glibc's malloc: `berth sim` runs the scheduler
-/// pass tens of thousands of times, each making many small, short-lived
-/// allocations (see `mimalloc` in the workspace Cargo.toml).
+/// mimalloc for `berth sim`, glibc's malloc for the short-lived commands
+/// (see `allocator`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::ChosenAllocator = allocator::ChosenAllocator;
 
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
