@@ -16,10 +16,10 @@ use rocksdb::{IteratorMode, Options, DB};
 use crate::state::{Counters, HostRecord, JobRecord};
 use crate::store::format4::{self, Progress};
 use crate::store::{
-    cf, cf_options, key_to_index, open_error, ALL_CFS, CF_LOGS, CF_META, CF_SM_HOSTS, CF_SM_JOBS,
-    CF_SM_META, CF_SM_REQUESTS, FORMAT_VERSION, KEY_COMMITTED, KEY_COUNTERS, KEY_FORMAT,
-    KEY_LAST_APPLIED, KEY_LAST_PURGED, KEY_MEMBERSHIP, KEY_SNAPSHOT_DATA_V2, KEY_SNAPSHOT_META,
-    KEY_VOTE,
+    cf, cf_descriptors, db_options, key_to_index, open_error, ALL_CFS, CF_LOGS, CF_META,
+    CF_SM_HOSTS, CF_SM_JOBS, CF_SM_META, CF_SM_REQUESTS, FORMAT_VERSION, KEY_COMMITTED,
+    KEY_COUNTERS, KEY_FORMAT, KEY_LAST_APPLIED, KEY_LAST_PURGED, KEY_MEMBERSHIP,
+    KEY_SNAPSHOT_DATA_V2, KEY_SNAPSHOT_META, KEY_VOTE,
 };
 use crate::{NodeId, StoreError, TypeConfig};
 
@@ -120,10 +120,7 @@ pub fn check(path: &Path) -> Result<CheckReport, StoreError> {
     }
     // Read-only: no lock is taken and nothing is written, not even the
     // recovery of a WAL left by a crash (it is replayed in memory only).
-    let cfs = ALL_CFS
-        .iter()
-        .map(|name| rocksdb::ColumnFamilyDescriptor::new(*name, cf_options()));
-    let db = DB::open_cf_descriptors_read_only(&Options::default(), path, cfs, false)
+    let db = DB::open_cf_descriptors_read_only(&db_options(), path, cf_descriptors(), false)
         .map_err(|e| open_error(path, e))?;
     let values = check_meta(&db, &mut report)?;
     check_log(&db, &values, &mut report)?;

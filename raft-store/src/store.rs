@@ -147,11 +147,8 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
     // No create_missing_column_families: an existing store has them all
     // (checked above), and RocksDB must never add them to a store that
     // lost them, which would look like an empty store.
-    let cfs = ALL_CFS
-        .iter()
-        .map(|name| ColumnFamilyDescriptor::new(*name, cf_options()));
-    let db =
-        DB::open_cf_descriptors(&Options::default(), path, cfs).map_err(|e| open_error(path, e))?;
+    let db = DB::open_cf_descriptors(&db_options(), path, cf_descriptors())
+        .map_err(|e| open_error(path, e))?;
     let db = Arc::new(db);
     check_format(&db, path)?;
     check_raft_meta(&db, path)?;
@@ -179,9 +176,34 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
 /// Column family options. Records repeat their field names, which LZ4
 /// shrinks several fold for little CPU; table files written before this
 /// setting stay readable (compression is recorded per block).
-pub(crate) fn cf_options() -> Options {
+pub(crate) fn cf_options(name: &str) -> Options {
     let mut opts = Options::default();
     opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    if name == CF_SM_REQUESTS {
+        // Request ids arrive in no order (UUIDs from the CLI), and each
+        // submit also deletes the id of the job leaving the retained
+        // window, elsewhere in the key order: in a skip list every such
+        // insert is a search from the top. A vector memtable appends
+        // and sorts once, when it is flushed or read; this column family
+        // is read only at open and when a snapshot is built.
+        opts.set_memtable_factory(rocksdb::MemtableFactory::Vector);
+    }
+    opts
+}
+
+/// Every column family with its options, to open a store with.
+pub(crate) fn cf_descriptors() -> impl Iterator<Item = ColumnFamilyDescriptor> {
+    ALL_CFS
+        .iter()
+        .map(|name| ColumnFamilyDescriptor::new(*name, cf_options(name)))
+}
+
+/// Database options every open of a store uses. A vector memtable
+/// (`cf_options`) takes no concurrent inserts, and a node's writes come
+/// from one task at a time anyway.
+pub(crate) fn db_options() -> Options {
+    let mut opts = Options::default();
+    opts.set_allow_concurrent_memtable_write(false);
     opts
 }
 
@@ -225,14 +247,11 @@ fn create(path: &Path) -> Result<(), StoreError> {
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io)?;
     {
-        let mut opts = Options::default();
+        let mut opts = db_options();
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
-        let cfs = ALL_CFS
-            .iter()
-            .map(|name| ColumnFamilyDescriptor::new(*name, cf_options()));
-        let db =
-            DB::open_cf_descriptors(&opts, &staging, cfs).map_err(|e| open_error(&staging, e))?;
+        let db = DB::open_cf_descriptors(&opts, &staging, cf_descriptors())
+            .map_err(|e| open_error(&staging, e))?;
         let mut batch = WriteBatch::default();
         batch.put_cf(cf(&db, CF_META), KEY_FORMAT, encode_format(FORMAT_VERSION)?);
         db.write_opt(batch, &synced())?;

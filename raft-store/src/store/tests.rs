@@ -635,10 +635,7 @@ fn an_interrupted_conversion_resumes() {
 /// The store's RocksDB opened without `open`'s format check, which would
 /// finish a conversion.
 fn open_unmigrated(dir: &Path) -> DB {
-    let cfs = ALL_CFS
-        .iter()
-        .map(|name| ColumnFamilyDescriptor::new(*name, cf_options()));
-    DB::open_cf_descriptors(&Options::default(), dir, cfs).expect("open")
+    DB::open_cf_descriptors(&db_options(), dir, cf_descriptors()).expect("open")
 }
 
 #[test]
