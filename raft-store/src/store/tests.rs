@@ -935,3 +935,51 @@ fn a_pinned_snapshot_is_read_as_openraft_sends_it() {
         "a node's own pinned state took a write"
     );
 }
+
+/// The column families' memtable kinds as the store's newest RocksDB
+/// OPTIONS file records them, by column family name.
+fn recorded_memtables(dir: &Path) -> BTreeMap<String, String> {
+    let newest = std::fs::read_dir(dir)
+        .expect("list the store")
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("OPTIONS-"))
+        .max()
+        .expect("an OPTIONS file");
+    let text = std::fs::read_to_string(dir.join(newest)).expect("read OPTIONS");
+    let mut memtables = BTreeMap::new();
+    let mut family = None;
+    for line in text.lines().map(str::trim) {
+        if let Some(name) = line.strip_prefix("[CFOptions \"") {
+            family = name.strip_suffix("\"]").map(str::to_string);
+        } else if let (Some(name), Some(kind)) = (&family, line.strip_prefix("memtable_factory=")) {
+            memtables.insert(name.clone(), kind.to_string());
+        }
+    }
+    memtables
+}
+
+#[test]
+fn request_ids_use_a_vector_memtable_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // "req-10" sorts before "req-2": the ids are written out of key order.
+    let before = populated(dir.path(), 50);
+    let expected = before.state.read().expect("lock").data.clone();
+    drop(before);
+    let memtables = recorded_memtables(dir.path());
+    for name in ALL_CFS {
+        let kind = memtables.get(name).map(String::as_str);
+        if name == CF_SM_REQUESTS {
+            assert!(
+                kind.is_some_and(|k| k.contains("VectorRepFactory")),
+                "{name}: {kind:?}"
+            );
+        } else {
+            assert_eq!(kind, Some("SkipListFactory"), "{name}");
+        }
+    }
+    let reopened = open(dir.path()).expect("reopen");
+    let state = reopened.state.read().expect("lock");
+    assert_eq!(state.data.request_ids.len(), 50);
+    same_state(&SmState::from_data(expected), &state);
+}
