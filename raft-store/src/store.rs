@@ -184,8 +184,9 @@ pub(crate) fn cf_options(name: &str) -> Options {
         // submit also deletes the id of the job leaving the retained
         // window, elsewhere in the key order: in a skip list every such
         // insert is a search from the top. A vector memtable appends
-        // and sorts once, when it is flushed or read; this column family
-        // is read only at open and when a snapshot is built.
+        // and sorts once, when it is flushed or read; the ids live in
+        // memory, so this column family is read only at open, for a
+        // snapshot, by `store check` and by a format conversion.
         opts.set_memtable_factory(rocksdb::MemtableFactory::Vector);
     }
     opts
