@@ -250,6 +250,13 @@ enum Bench {
         /// Directory for both systems' data and logs (default: a temp dir).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// The do-nothing program each round also runs the same way, to
+        /// measure what process starts alone allow on this machine.
+        #[arg(long, default_value = "/bin/true", conflicts_with = "no_floor")]
+        floor: std::path::PathBuf,
+        /// Skip the floor phase.
+        #[arg(long)]
+        no_floor: bool,
     },
     /// kill -9 of slurmctld, and of all 3 berthd, right after N
     /// acknowledged `sbatch -H` submits; restart; count acknowledged jobs
@@ -525,6 +532,8 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                     rounds,
                     anatomy_runs,
                     dir,
+                    floor,
+                    no_floor,
                 },
         } => berth_chaos::slurm_peer::sbatch_rate(&berth_chaos::slurm_peer::RateOptions {
             submitters,
@@ -533,6 +542,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             rounds,
             anatomy_runs,
             dir,
+            floor: (!no_floor).then_some(floor),
         })
         .await
         .map(|()| true),

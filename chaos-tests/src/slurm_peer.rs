@@ -12,6 +12,13 @@
 //! Both are driven the same way: N submitters, each running one
 //! `sbatch -H --wrap true` process after the other; a job counts once its
 //! process has printed `Submitted batch job ID` and exited 0.
+//!
+//! Each round of `bench sbatch` also runs a floor phase: the same
+//! submitters running a program that does nothing (`/bin/true`), so what
+//! a process start costs on this machine is measured beside both systems.
+//! Its rate is the most any one-process-per-job client could reach here,
+//! with a server that cost nothing; floor / Slurm is the largest ratio
+//! any such client could show against Slurm in that round.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -188,6 +195,7 @@ impl SlurmCtld {
             sbatch: PathBuf::from(SBATCH),
             squeue: PathBuf::from(SQUEUE),
             env: vec![("SLURM_CONF".into(), self.conf.display().to_string())],
+            work: Work::Submit,
         }
     }
 
@@ -295,6 +303,7 @@ impl BerthPeer {
                     self.client_config.display().to_string(),
                 ),
             ],
+            work: Work::Submit,
         }
     }
 
@@ -338,9 +347,40 @@ pub struct Submitter {
     sbatch: PathBuf,
     squeue: PathBuf,
     env: Vec<(String, String)>,
+    work: Work,
+}
+
+/// What one process of a phase does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Work {
+    /// `sbatch -H --wrap true`: counts once it printed its job id.
+    Submit,
+    /// The program with no arguments: counts once it exited 0 (the floor).
+    StartOnly,
 }
 
 impl Submitter {
+    /// The floor: `program` (a do-nothing program such as `/bin/true`)
+    /// run the way the systems' `sbatch` is, with no arguments.
+    pub fn floor(program: &Path) -> Submitter {
+        Submitter {
+            system: "floor",
+            sbatch: program.to_path_buf(),
+            squeue: program.to_path_buf(),
+            env: Vec::new(),
+            work: Work::StartOnly,
+        }
+    }
+
+    /// One process of a phase: the job id a submit printed, or 0 for the
+    /// floor's program.
+    async fn one_job(&self) -> Result<u64, String> {
+        match self.work {
+            Work::Submit => self.submit_held().await,
+            Work::StartOnly => self.run(&self.sbatch, &[]).await.map(|_| 0),
+        }
+    }
+
     /// Runs `program args`, killed after [`COMMAND_TIMEOUT`]; its stdout
     /// when it exits 0.
     async fn run(&self, program: &Path, args: &[&str]) -> Result<String, String> {
@@ -486,8 +526,9 @@ impl Phase {
     }
 }
 
-/// `submitters` workers, each running one `sbatch -H --wrap true` after
-/// the other until `duration` has passed or `max_jobs` were started.
+/// `submitters` workers, each running one `sbatch -H --wrap true` (for
+/// the floor, its program) after the other until `duration` has passed or
+/// `max_jobs` were started.
 pub async fn submit_phase(
     submitter: &Submitter,
     submitters: usize,
@@ -512,7 +553,7 @@ pub async fn submit_phase(
             let mut first_error = None;
             while Instant::now() < end && started.fetch_add(1, Ordering::Relaxed) < max_jobs {
                 let sent = Instant::now();
-                match submitter.submit_held().await {
+                match submitter.one_job().await {
                     Ok(id) => {
                         ids.push(id);
                         samples.push(sent.elapsed().as_secs_f64() * 1000.0);
@@ -608,6 +649,8 @@ pub struct RateOptions {
     pub rounds: u32,
     pub anatomy_runs: u32,
     pub dir: Option<PathBuf>,
+    /// The do-nothing program of the floor phase; `None` skips it.
+    pub floor: Option<PathBuf>,
 }
 
 fn work_dir(dir: &Option<PathBuf>) -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
@@ -668,6 +711,13 @@ pub async fn sbatch_rate(options: &RateOptions) -> anyhow::Result<()> {
         (1..=JOBS_MAX).contains(&options.max_jobs),
         "--jobs must be 1..={JOBS_MAX}"
     );
+    if let Some(floor) = &options.floor {
+        anyhow::ensure!(
+            floor.is_file(),
+            "--floor {}: no such program",
+            floor.display()
+        );
+    }
     let (_tmp, dir) = work_dir(&options.dir)?;
     let slurm = SlurmCtld::start(&dir.join("slurm")).await?;
     let berth = BerthPeer::start(&dir.join("berth")).await?;
@@ -687,8 +737,9 @@ pub async fn sbatch_rate(options: &RateOptions) -> anyhow::Result<()> {
         slurm.version,
         dir.display()
     );
+    let floor_sub = options.floor.as_deref().map(Submitter::floor);
     let duration = Duration::from_secs(options.seconds);
-    let mut totals = [(0usize, 0f64), (0usize, 0f64)];
+    let mut totals = [(0usize, 0f64), (0usize, 0f64), (0usize, 0f64)];
     for round in 1..=options.rounds {
         // Alternate which system goes first, so a change of load hits both.
         let order: [usize; 2] = if round % 2 == 1 { [0, 1] } else { [1, 0] };
@@ -707,25 +758,48 @@ pub async fn sbatch_rate(options: &RateOptions) -> anyhow::Result<()> {
         }
         let round_ratio = ratio(phases[1].jobs_per_s(), phases[0].jobs_per_s());
         println!("round {round} berth/slurm: {round_ratio:.2}x");
-        println!(
-            "{}",
-            serde_json::json!({
-                "bench": "sbatch",
-                "round": round,
-                "submitters": options.submitters,
-                "slurm": phase_json(&phases[0]),
-                "berth": phase_json(&phases[1]),
-                "ratio_jobs_per_s": (round_ratio * 100.0).round() / 100.0,
-            })
-        );
+        let mut json = serde_json::json!({
+            "bench": "sbatch",
+            "round": round,
+            "submitters": options.submitters,
+            "slurm": phase_json(&phases[0]),
+            "berth": phase_json(&phases[1]),
+            "ratio_jobs_per_s": (round_ratio * 100.0).round() / 100.0,
+        });
+        if let Some(floor_sub) = &floor_sub {
+            // No server: the floor is what starting processes alone allows.
+            let p = submit_phase(
+                floor_sub,
+                options.submitters,
+                duration,
+                options.max_jobs,
+                &[],
+            )
+            .await;
+            print_phase(round, floor_sub.system, &p);
+            let ceiling = ratio(p.jobs_per_s(), phases[0].jobs_per_s());
+            println!("round {round} floor/slurm: {ceiling:.2}x (the most any one-process-per-job client could reach)");
+            totals[2].0 += p.ids.len();
+            totals[2].1 += p.elapsed.as_secs_f64();
+            json["floor"] = phase_json(&p);
+            json["floor_ratio_jobs_per_s"] = serde_json::json!((ceiling * 100.0).round() / 100.0);
+        }
+        println!("{json}");
     }
     let rate = |(jobs, secs): (usize, f64)| if secs > 0.0 { jobs as f64 / secs } else { 0.0 };
-    let (s, b) = (rate(totals[0]), rate(totals[1]));
+    let (s, b, f) = (rate(totals[0]), rate(totals[1]), rate(totals[2]));
     println!(
         "all rounds: slurm {s:.1} jobs/s, berth {b:.1} jobs/s, berth/slurm {:.2}x (goal >= 4x: {})",
         ratio(b, s),
         if ratio(b, s) >= 4.0 { "met" } else { "not met" }
     );
+    if floor_sub.is_some() {
+        println!(
+            "all rounds: floor {f:.1} processes/s, floor/slurm {:.2}x, berth/floor {:.2}",
+            ratio(f, s),
+            ratio(b, f)
+        );
+    }
     if options.anatomy_runs > 0 {
         println!(
             "one process at a time, {} runs each (p50 wall; CPU per process):",
@@ -968,5 +1042,36 @@ mod tests {
         assert!(conf.contains("StateSaveLocation=/w/state\n"));
         assert!(conf.contains("AuthInfo=socket=/w/munge/s\n"));
         assert!(conf.contains("CPUs=4 "));
+    }
+
+    /// The floor counts every do-nothing process that exited 0, stops at
+    /// the job bound, and counts a failing program as errors.
+    #[tokio::test]
+    async fn the_floor_counts_processes_that_exit_zero() {
+        let generous = Duration::from_secs(60);
+        let done = submit_phase(
+            &Submitter::floor(Path::new("/bin/true")),
+            2,
+            generous,
+            10,
+            &[],
+        )
+        .await;
+        assert_eq!(
+            (done.ids.len(), done.errors),
+            (10, 0),
+            "{:?}",
+            done.first_error
+        );
+        let failed = submit_phase(
+            &Submitter::floor(Path::new("/bin/false")),
+            2,
+            generous,
+            4,
+            &[],
+        )
+        .await;
+        assert_eq!((failed.ids.len(), failed.errors), (0, 4));
+        assert!(failed.first_error.is_some_and(|e| e.contains("/bin/false")));
     }
 }
