@@ -7,7 +7,10 @@
 //! directory), its own munge key and socket, `auth/munge`. No `slurmd` is
 //! started: every benchmark job is submitted held (`sbatch -H`), so it
 //! never needs a node. Berth is a 3-node `LocalCluster` with no agents,
-//! driven through a `sbatch` symlink to the `berth` binary.
+//! driven through its own `sbatch` binary (the small one that submits
+//! common command lines itself and hands the rest to `berth`). To measure
+//! `berth` answering as `sbatch` instead, point `BERTH_BIN_DIR` at a
+//! directory whose `sbatch` is a symlink to `berth`.
 //!
 //! Both are driven the same way: N submitters, each running one
 //! `sbatch -H --wrap true` process after the other; a job counts once its
@@ -253,8 +256,8 @@ fn slurm_conf(dir: &Path, socket: &Path, ctld_port: u16, slurmd_port: u16, cpus:
     )
 }
 
-/// A 3-node Berth cluster (no agents) and the `sbatch`/`squeue` symlinks
-/// to its `berth` binary.
+/// A 3-node Berth cluster (no agents), and symlinks to its `sbatch` and to
+/// `berth` as `squeue`.
 pub struct BerthPeer {
     pub cluster: LocalCluster,
     bin: PathBuf,
@@ -269,15 +272,15 @@ impl BerthPeer {
         };
         let cluster = LocalCluster::start(&dir.join("cluster"), &options)
             .context("starting the Berth cluster")?;
-        let berth = harness::tool("berth")?;
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin)?;
-        for name in ["sbatch", "squeue"] {
+        for (name, tool) in [("sbatch", "sbatch"), ("squeue", "berth")] {
+            let target = harness::tool(tool)?;
             let link = bin.join(name);
             if link.symlink_metadata().is_ok() {
                 std::fs::remove_file(&link)?;
             }
-            std::os::unix::fs::symlink(&berth, &link)?;
+            std::os::unix::fs::symlink(&target, &link)?;
         }
         // An empty client config of our own, so none in $HOME applies.
         let client_config = dir.join("client.toml");
@@ -729,7 +732,7 @@ pub async fn sbatch_rate(options: &RateOptions) -> anyhow::Result<()> {
     println!(
         "sbatch: {} submitters, each running `sbatch -H --wrap true` processes back to back, \
          {} s or {} jobs per phase, {} rounds alternating; {} (single host, auth/munge) vs \
-         3-node Berth (agents 0) through an sbatch symlink; work dir {}",
+         3-node Berth (agents 0) through its sbatch; work dir {}",
         options.submitters,
         options.seconds,
         options.max_jobs,

@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use berth_client::alt::{parse_alt, AltDefaults};
 use berth_client::begin::parse_begin;
 use berth_client::export::parse_export;
+use berth_client::fast_submit::comma_list;
 use berth_client::json::submit_json;
 use berth_client::mem::parse_mem_mb;
 use berth_client::script::{check_script, sbatch_directives, script_command};
@@ -434,7 +435,7 @@ pub fn build_request(
             })?,
         (None, None) => 0,
     };
-    let mut gres = list(args.gres.as_deref());
+    let mut gres = comma_list(args.gres.as_deref());
     if let Some(gpus) = args.gpus.as_deref() {
         gres.push(gpu_gres_over(gpus, nodes)?);
     }
@@ -477,7 +478,7 @@ pub fn build_request(
             .map(parse_time_limit)
             .transpose()?
             .unwrap_or(0),
-        partitions: list(args.partition.as_deref()),
+        partitions: comma_list(args.partition.as_deref()),
         qos: args.qos.clone().unwrap_or_default(),
         account: args.account.clone().unwrap_or_default(),
         gres,
@@ -690,18 +691,6 @@ fn alternatives(
         .iter()
         .map(|text| parse_alt(text, &defaults).map_err(Into::into))
         .collect()
-}
-
-/// A comma list with blanks and empty entries dropped.
-fn list(text: Option<&str>) -> Vec<String> {
-    text.map(|t| {
-        t.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
-    })
-    .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -1146,5 +1135,127 @@ mod tests {
         assert!(err("#SBATCH --wrap true\n").contains("--wrap cannot be set"));
         assert!(err("#SBATCH --server h:1\n").contains("--server cannot be set"));
         assert!(err("#SBATCH -J 'open\n").contains("unterminated single quote"));
+    }
+
+    /// The request `berth sbatch` builds for this command line, the way
+    /// `run` builds it (script read, `#SBATCH` lines under the options).
+    fn full_request(args: &[String]) -> Result<(SubmitJobRequest, bool)> {
+        let argv = std::iter::once("sbatch".to_string()).chain(args.iter().cloned());
+        let cli = SbatchCli::try_parse_from(argv)?;
+        let source = read_source(&cli.submit)?;
+        let args = match &source {
+            Source::Script { text, .. } => {
+                cli.submit.overlaid_on(directive_args(Tool::Sbatch, text)?)
+            }
+            Source::Wrap(_) => cli.submit,
+        };
+        Ok((build_request(&args, &source, &caller())?, args.parsable))
+    }
+
+    #[test]
+    fn the_fast_path_makes_the_job_berth_makes() {
+        use berth_client::fast_submit::{parse as fast_parse, Parsed};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let script = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write script");
+            path.to_str().expect("UTF-8 path").to_string()
+        };
+        let plain = script("plain.sh", "#!/bin/sh\necho plain\n");
+        let directives = script(
+            "directives.sh",
+            "#!/bin/bash\n# a comment\n#SBATCH -J from-file --hold\n#SBATCH -p 'a, b' -t 10\n\
+             #SBATCH --mem=2G -o 'out %j' --comment \"two words\"\necho $1\n#SBATCH -q late\n",
+        );
+        let unknown = script("unknown.sh", "#!/bin/sh\n#SBATCH -N 2\ntrue\n");
+        let bad_value = script("bad.sh", "#!/bin/sh\n#SBATCH -t never\ntrue\n");
+        // (command line, whether the fast path must take it itself)
+        let corpus: Vec<(Vec<&str>, bool)> = vec![
+            (vec!["-H", "--wrap", "true"], true),
+            (vec!["--wrap=sleep 10", "--parsable"], true),
+            (vec!["--hold", "--wrap", "  echo  a b "], true),
+            (
+                vec![
+                    "-J",
+                    "name",
+                    "-p",
+                    "gpu, cpu,",
+                    "-q",
+                    "high",
+                    "-A",
+                    "physics",
+                    "-o",
+                    "o-%j",
+                    "-e",
+                    "e-%j",
+                    "-D",
+                    "sub/dir",
+                    "--comment",
+                    "c",
+                    "-t",
+                    "1-00:00:00",
+                    "--mem",
+                    "4G",
+                    "--wrap",
+                    "hostname",
+                ],
+                true,
+            ),
+            (
+                vec![
+                    "--job-name=n",
+                    "--partition=p",
+                    "--qos=q",
+                    "--account=a",
+                    "--output=o",
+                    "--error=e",
+                    "--chdir=/abs",
+                    "--time=5",
+                    "--mem=100M",
+                    "--wrap=x",
+                ],
+                true,
+            ),
+            (vec![plain.as_str()], true),
+            (vec!["-J", "cli", plain.as_str(), "one", "-t", "two"], true),
+            (vec![directives.as_str(), "arg"], true),
+            (
+                vec!["-J", "cli", "-t", "20", "-p", "c", directives.as_str()],
+                true,
+            ),
+            (vec!["--parsable", directives.as_str()], true),
+            // Each of these goes to `berth`: its answer, whatever it is,
+            // is the answer.
+            (vec!["-N", "2", "--wrap", "true"], false),
+            (vec!["-HJ", "x", "--wrap", "true"], false),
+            (vec!["-Jx", "--wrap", "true"], false),
+            (vec!["--job", "x", "--wrap", "true"], false),
+            (vec!["-J", "a", "-J", "b", "--wrap", "true"], false),
+            (vec!["-t", "never", "--wrap", "true"], false),
+            (vec!["--mem", "lots", "--wrap", "true"], false),
+            (vec!["--wrap", "true", plain.as_str()], false),
+            (vec![unknown.as_str()], false),
+            (vec![bad_value.as_str()], false),
+            (vec!["--export=ALL", "--wrap", "true"], false),
+        ];
+        for (args, must_be_fast) in corpus {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            let fast = match fast_parse(&args) {
+                Parsed::Submit(submit) => submit
+                    .request(&caller().cwd, &caller().user, "fixed".into())
+                    .map(|request| (request, submit.options.parsable)),
+                Parsed::Delegate => None,
+            };
+            assert_eq!(fast.is_some(), must_be_fast, "{args:?}");
+            let Some((fast, fast_parsable)) = fast else {
+                continue;
+            };
+            let (full, full_parsable) = match full_request(&args) {
+                Ok(full) => full,
+                Err(err) => panic!("{args:?}: the fast path took what berth refuses: {err:#}"),
+            };
+            assert_eq!(fast.spec, full.spec, "{args:?}");
+            assert_eq!(fast_parsable, full_parsable, "{args:?}");
+        }
     }
 }

@@ -1,0 +1,405 @@
+//! `sbatch`: Berth's batch submit command, small enough to start fast.
+//!
+//! Sites and workflow engines submit with one `sbatch` process per job, so
+//! what a process costs to start bounds how fast they can submit. This
+//! binary submits the command lines `berth_client::fast_submit` knows
+//! (the common options, `--wrap` or a batch script) with one gRPC call over
+//! a bare HTTP/2 connection, and hands every other command line, unchanged,
+//! to `berth` (next to this binary, else on `PATH`), which answers as
+//! `sbatch` would. It also hands over when the connection needs TLS (a CA
+//! from `BERTH_CA` or the client config): this binary speaks plain HTTP/2
+//! only.
+//!
+//! Once a request was sent, it never hands over: `berth` would send the
+//! job again under a new request id. Retries stay here, under one request
+//! id, as `berth_client::Cluster` does them.
+
+use berth_client::config_file;
+use berth_client::fast_submit::{self, FastSubmit, Parsed};
+use berth_client::{
+    servers_from, ClientError, RetryPolicy, CA_ENV, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS,
+    SERVER_ENV, TOKEN_ENV,
+};
+use berth_proto::api::{SubmitJobRequest, SubmitJobResponse};
+use bytes::{BufMut, Bytes, BytesMut};
+use prost::Message;
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// The gRPC method this binary calls.
+const SUBMIT_PATH: &str = "/berth.v1.BerthApi/SubmitJob";
+
+/// Largest answer accepted, in bytes: a SubmitJobResponse is a few bytes.
+const ANSWER_BYTES_MAX: usize = 64 * 1024;
+
+fn main() -> ExitCode {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    match plan(&argv) {
+        Some(submit) => run(submit),
+        None => delegate(&argv),
+    }
+}
+
+/// What this process does itself: a submit the fast path knows, to
+/// servers it can reach without TLS.
+struct Plan {
+    submit: Box<FastSubmit>,
+    servers: Vec<String>,
+    token: Option<String>,
+}
+
+/// The plan for `argv`, or `None` to hand it to `berth`.
+fn plan(argv: &[OsString]) -> Option<Plan> {
+    let args: Vec<String> = argv
+        .iter()
+        .skip(1)
+        .map(|a| a.clone().into_string().ok())
+        .collect::<Option<_>>()?;
+    let Parsed::Submit(submit) = fast_submit::parse(&args) else {
+        return None;
+    };
+    // Flag, then environment, then the config file (as `berth` reads
+    // them); a config `berth` would refuse is its to report.
+    let config = config_file::load().ok()?.unwrap_or_default();
+    let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
+    if std::env::var_os(CA_ENV).is_some() || config.ca.is_some() {
+        return None;
+    }
+    let servers = if unset(SERVER_ENV) && !config.servers.is_empty() {
+        servers_from(Some(config.servers.join(",")))
+    } else {
+        servers_from(None)
+    };
+    if !servers.iter().all(|s| plain_host_port(s)) {
+        return None;
+    }
+    let token = if unset(TOKEN_ENV) {
+        config.token
+    } else {
+        std::env::var(TOKEN_ENV).ok()
+    };
+    let token = token
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
+    // A token `berth` could not put in a header is its to report.
+    if token
+        .as_deref()
+        .is_some_and(|t| !t.bytes().all(is_header_byte))
+    {
+        return None;
+    }
+    Some(Plan {
+        submit,
+        servers,
+        token,
+    })
+}
+
+/// `host:port` with no scheme and a numeric port: anything else is
+/// `berth`'s to accept or refuse.
+fn plain_host_port(addr: &str) -> bool {
+    !addr.contains("://")
+        && addr.rsplit_once(':').is_some_and(|(host, port)| {
+            !host.is_empty() && host.bytes().all(is_header_byte) && port.parse::<u16>().is_ok()
+        })
+}
+
+/// A visible ASCII byte or a space: what an HTTP header value may hold.
+fn is_header_byte(byte: u8) -> bool {
+    byte == b' ' || byte.is_ascii_graphic()
+}
+
+/// Replaces this process with `berth`, answering as `sbatch`.
+fn delegate(argv: &[OsString]) -> ExitCode {
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join("berth")))
+        .filter(|path| path.is_file());
+    let program = beside.map_or_else(|| OsString::from("berth"), OsString::from);
+    let err = std::process::Command::new(&program)
+        .arg0("sbatch")
+        .args(argv.iter().skip(1))
+        .exec();
+    fail(&format!(
+        "cannot run {} for this command line: {err}",
+        program.to_string_lossy()
+    ))
+}
+
+/// Prints `sbatch: error: message` on one line, Slurm's style, and fails.
+fn fail(message: &str) -> ExitCode {
+    let one_line: Vec<&str> = message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    eprintln!("sbatch: error: {}", one_line.join("; "));
+    ExitCode::FAILURE
+}
+
+fn run(plan: Plan) -> ExitCode {
+    let Ok(cwd) = std::env::current_dir() else {
+        return fail("cannot determine the current directory");
+    };
+    let user = berth_client::user::current_user();
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let Some(request) = plan.submit.request(&cwd, &user, request_id) else {
+        // A value `berth` would refuse: it says why. Nothing was sent.
+        return delegate(&std::env::args_os().collect::<Vec<_>>());
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&format!("cannot start the runtime: {err}")),
+    };
+    let answer = runtime.block_on(submit(&plan.servers, plan.token.as_deref(), &request));
+    match answer {
+        Ok(answer) => {
+            let line = if plan.submit.options.parsable {
+                format!("{}\n", answer.job_id)
+            } else {
+                format!("Submitted batch job {}\n", answer.job_id)
+            };
+            let mut stdout = std::io::stdout().lock();
+            match stdout
+                .write_all(line.as_bytes())
+                .and_then(|()| stdout.flush())
+            {
+                Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+                    fail(&format!("cannot write the job id: {err}"))
+                }
+                _ => ExitCode::SUCCESS,
+            }
+        }
+        Err(err) => fail(&err.to_string()),
+    }
+}
+
+/// Why one attempt did not get an answer.
+enum Attempt {
+    /// No connection: try the next server.
+    Unreachable,
+    /// The server answered with this status (boxed: a Status is large).
+    Status(Box<tonic::Status>),
+}
+
+impl Attempt {
+    fn answered(status: tonic::Status) -> Attempt {
+        Attempt::Status(Box::new(status))
+    }
+}
+
+/// Sends the submit until a server answers, as `Cluster::call` does:
+/// rounds over the server list, moving on when a server cannot be reached
+/// or says UNAVAILABLE, pausing between rounds. The same request (and
+/// request id) every time, so a retry after failover makes no second job.
+async fn submit(
+    servers: &[String],
+    token: Option<&str>,
+    request: &SubmitJobRequest,
+) -> Result<SubmitJobResponse, ClientError> {
+    let body = grpc_frame(request);
+    let policy = RetryPolicy::default();
+    let mut backoff_ms = policy.backoff_ms;
+    let mut tried: Vec<String> = Vec::new();
+    let mut last_unavailable: Option<ClientError> = None;
+    for round in 0..policy.rounds.max(1) {
+        if round > 0 {
+            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            backoff_ms = backoff_ms.saturating_mul(2).min(policy.max_backoff_ms);
+        }
+        for server in servers {
+            match call(server, token, body.clone()).await {
+                Ok(answer) => return Ok(answer),
+                Err(Attempt::Unreachable) => {
+                    if !tried.contains(server) {
+                        tried.push(server.clone());
+                    }
+                }
+                Err(Attempt::Status(status)) => {
+                    let unavailable = status.code() == tonic::Code::Unavailable;
+                    let err = ClientError::Rpc {
+                        server: server.clone(),
+                        status,
+                    };
+                    if !unavailable {
+                        return Err(err);
+                    }
+                    last_unavailable = Some(err);
+                }
+            }
+        }
+    }
+    Err(last_unavailable.unwrap_or(ClientError::NoServer { tried }))
+}
+
+/// A message in gRPC's length-prefixed framing, uncompressed.
+fn grpc_frame(message: &impl Message) -> Bytes {
+    let length = message.encoded_len();
+    let mut frame = BytesMut::with_capacity(5 + length);
+    frame.put_u8(0);
+    frame.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
+    message.encode_raw(&mut frame);
+    frame.freeze()
+}
+
+/// One SubmitJob call to `server` on a new connection.
+async fn call(
+    server: &str,
+    token: Option<&str>,
+    body: Bytes,
+) -> Result<SubmitJobResponse, Attempt> {
+    let connect_timeout = Duration::from_millis(CONNECT_TIMEOUT_MS);
+    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(server)).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(_)) | Err(_) => return Err(Attempt::Unreachable),
+    };
+    // A lone small request: send it now rather than wait for an ACK.
+    let _ = tcp.set_nodelay(true);
+    let handshake = h2::client::Builder::new()
+        .max_frame_size(16_384)
+        .handshake::<_, Bytes>(tcp);
+    let (sender, connection) = match tokio::time::timeout(connect_timeout, handshake).await {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(_)) | Err(_) => return Err(Attempt::Unreachable),
+    };
+    let driver = tokio::spawn(connection);
+    let exchange = exchange(sender, server, token, body);
+    let answer = tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), exchange).await;
+    driver.abort();
+    match answer {
+        Ok(answer) => answer,
+        Err(_) => Err(Attempt::answered(tonic::Status::unavailable(format!(
+            "no answer within {REQUEST_TIMEOUT_MS} ms"
+        )))),
+    }
+}
+
+/// Sends the request on an open connection and reads the answer: the
+/// response headers, one message, then the trailers with `grpc-status`.
+async fn exchange(
+    sender: h2::client::SendRequest<Bytes>,
+    server: &str,
+    token: Option<&str>,
+    body: Bytes,
+) -> Result<SubmitJobResponse, Attempt> {
+    // After the connection was made, a broken exchange is reported the
+    // way tonic reports it: UNAVAILABLE, which is retried.
+    let broken = |what: &str, err: &dyn std::fmt::Display| {
+        Attempt::answered(tonic::Status::unavailable(format!("{what}: {err}")))
+    };
+    let mut sender = sender.ready().await.map_err(|e| broken("connection", &e))?;
+    let mut request = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(format!("http://{server}{SUBMIT_PATH}"))
+        .header(http::header::CONTENT_TYPE, "application/grpc")
+        .header(http::header::TE, "trailers");
+    if let Some(token) = token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request.body(()).map_err(|e| broken("request", &e))?;
+    let (response, mut stream) = sender
+        .send_request(request, false)
+        .map_err(|e| broken("request", &e))?;
+    stream
+        .send_data(body, true)
+        .map_err(|e| broken("request", &e))?;
+    let response = response.await.map_err(|e| broken("answer", &e))?;
+    let (head, mut answer) = response.into_parts();
+    // A "trailers-only" answer carries the status in its headers.
+    if let Some(status) = tonic::Status::from_header_map(&head.headers) {
+        if status.code() != tonic::Code::Ok {
+            return Err(Attempt::answered(status));
+        }
+    }
+    if head.status != http::StatusCode::OK {
+        return Err(Attempt::answered(tonic::Status::unknown(format!(
+            "HTTP status {} from the server",
+            head.status
+        ))));
+    }
+    let mut message = BytesMut::new();
+    while let Some(chunk) = answer.data().await {
+        let chunk = chunk.map_err(|e| broken("answer", &e))?;
+        let _ = answer.flow_control().release_capacity(chunk.len());
+        if message.len() + chunk.len() > ANSWER_BYTES_MAX {
+            return Err(Attempt::answered(tonic::Status::out_of_range(
+                "the answer is larger than a submit's",
+            )));
+        }
+        message.extend_from_slice(&chunk);
+    }
+    let trailers = answer.trailers().await.map_err(|e| broken("answer", &e))?;
+    let status = trailers
+        .as_ref()
+        .and_then(tonic::Status::from_header_map)
+        .or_else(|| tonic::Status::from_header_map(&head.headers))
+        .unwrap_or_else(|| tonic::Status::unknown("the answer has no grpc-status"));
+    if status.code() != tonic::Code::Ok {
+        return Err(Attempt::answered(status));
+    }
+    decode_answer(&message).map_err(Attempt::answered)
+}
+
+/// The one uncompressed gRPC message in `frame`.
+#[allow(clippy::result_large_err)] // called once per process
+fn decode_answer(frame: &[u8]) -> Result<SubmitJobResponse, tonic::Status> {
+    let bad = |why: &str| tonic::Status::internal(format!("bad answer from the server: {why}"));
+    let (prefix, message) = frame
+        .split_at_checked(5)
+        .ok_or_else(|| bad("shorter than a gRPC frame"))?;
+    if prefix[0] != 0 {
+        return Err(bad("compressed, and none was asked for"));
+    }
+    let length = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
+    if usize::try_from(length).ok() != Some(message.len()) {
+        return Err(bad("its length does not match its frame"));
+    }
+    SubmitJobResponse::decode(message).map_err(|e| bad(&e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_host_ports_are_taken() {
+        assert!(plain_host_port("127.0.0.1:7101"));
+        assert!(plain_host_port("node-1.example:7101"));
+        assert!(!plain_host_port("http://a:1"));
+        assert!(!plain_host_port("a"));
+        assert!(!plain_host_port(":7101"));
+        assert!(!plain_host_port("a:port"));
+        assert!(!plain_host_port("a:70000"));
+    }
+
+    #[test]
+    fn a_framed_answer_decodes_and_a_bad_one_is_named() {
+        let answer = SubmitJobResponse {
+            job_id: 42,
+            duplicate: true,
+        };
+        let frame = grpc_frame(&answer);
+        assert_eq!(decode_answer(&frame).unwrap(), answer);
+        let mut compressed = frame.to_vec();
+        compressed[0] = 1;
+        assert!(decode_answer(&compressed)
+            .unwrap_err()
+            .message()
+            .contains("compressed"));
+        assert!(decode_answer(&frame[..frame.len() - 1])
+            .unwrap_err()
+            .message()
+            .contains("length"));
+        assert!(decode_answer(&[0, 0])
+            .unwrap_err()
+            .message()
+            .contains("shorter"));
+    }
+}
