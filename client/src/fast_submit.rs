@@ -6,7 +6,7 @@
 //! faults over its text, relocations, clap's tables, the allocator's
 //! start), not the submit. The small `sbatch` binary parses a fixed set of
 //! options here and hands every other command line, unchanged, to `berth`
-//! (see `src/bin/sbatch.rs`).
+//! (see `src/bin/sbatch/main.rs`).
 //!
 //! The rule that keeps the two from drifting apart: **when in doubt,
 //! delegate.** [`parse`] answers [`Parsed::Delegate`] for any option it

@@ -49,6 +49,11 @@ const BATCH_COMMANDS_MAX: usize = 256;
 /// entries of 28 (`berth-drill bench raft-writes --berth-only`: 4,940
 /// submits/s at 64 clients, against 5,850 with 256 KiB; BENCHMARKS.md).
 pub(crate) const BATCH_BYTES_MAX: usize = 192 * 1024;
+/// Times the batcher yields to the runtime before closing a batch, so that
+/// requests whose bytes have arrived but were not yet read can join it.
+/// tokio runs a yielded task again only after polling the I/O driver, so
+/// one yield costs a poll of the sockets, not a timer.
+const BATCH_YIELDS_MAX: usize = 1;
 /// Proposals queued for the batcher at most; beyond this callers wait.
 const PROPOSALS_QUEUED_MAX: usize = 4_096;
 
@@ -397,17 +402,27 @@ fn start_batcher(raft: Raft) -> mpsc::Sender<Proposal> {
             };
             let mut bytes = first.bytes;
             let mut batch = vec![first];
-            while batch.len() < BATCH_COMMANDS_MAX {
-                match rx.try_recv() {
-                    Ok(p) if bytes + p.bytes > BATCH_BYTES_MAX => {
-                        carried = Some(p);
+            for look in 0..=BATCH_YIELDS_MAX {
+                if look > 0 {
+                    if batch.len() >= BATCH_COMMANDS_MAX || carried.is_some() {
                         break;
                     }
-                    Ok(p) => {
-                        bytes += p.bytes;
-                        batch.push(p);
+                    // Let the runtime poll its sockets and run what is
+                    // ready: requests already received join this entry.
+                    tokio::task::yield_now().await;
+                }
+                while batch.len() < BATCH_COMMANDS_MAX {
+                    match rx.try_recv() {
+                        Ok(p) if bytes + p.bytes > BATCH_BYTES_MAX => {
+                            carried = Some(p);
+                            break;
+                        }
+                        Ok(p) => {
+                            bytes += p.bytes;
+                            batch.push(p);
+                        }
+                        Err(_) => break,
                     }
-                    Err(_) => break,
                 }
             }
             let raft = raft.clone();

@@ -14,6 +14,8 @@
 //! job again under a new request id. Retries stay here, under one request
 //! id, as `berth_client::Cluster` does them.
 
+mod arena;
+
 use berth_client::config_file;
 use berth_client::fast_submit::{self, FastSubmit, Parsed};
 use berth_client::{
@@ -29,6 +31,10 @@ use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::net::TcpStream;
+
+/// A bump arena: see `arena` for why.
+#[global_allocator]
+static ALLOCATOR: arena::Arena = arena::Arena;
 
 /// The gRPC method this binary calls.
 const SUBMIT_PATH: &str = "/berth.v1.BerthApi/SubmitJob";
