@@ -21,6 +21,7 @@
 use crate::mem::parse_mem_mb;
 use crate::script::{check_script, sbatch_directives, script_command};
 use crate::time::parse_time_limit;
+use crate::{comma_list, wrap_job_name};
 use berth_proto::api::{JobSpec, SubmitJobRequest};
 use std::path::{Path, PathBuf};
 
@@ -332,14 +333,7 @@ impl FastSubmit {
     pub fn request(&self, cwd: &Path, user: &str, request_id: String) -> Option<SubmitJobRequest> {
         let o = &self.options;
         let (command, default_name) = match &self.source {
-            FastSource::Wrap(command) => (
-                command.clone(),
-                command
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or_default()
-                    .to_string(),
-            ),
+            FastSource::Wrap(command) => (command.clone(), wrap_job_name(command)),
             FastSource::Script { text, name, args } => (script_command(text, args), name.clone()),
         };
         let workdir: PathBuf = match &o.chdir {
@@ -373,18 +367,6 @@ impl FastSubmit {
             spec: Some(spec),
         })
     }
-}
-
-/// A comma list with blanks and empty entries dropped (`-p a,b`).
-pub fn comma_list(text: Option<&str>) -> Vec<String> {
-    text.map(|t| {
-        t.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
-    })
-    .unwrap_or_default()
 }
 
 #[cfg(test)]

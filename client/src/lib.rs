@@ -51,6 +51,29 @@ pub use connect::{
 pub use error::ClientError;
 pub use servers::{servers_from, DEFAULT_SERVER, SERVER_ENV};
 
+/// A comma list with blanks and empty entries dropped (`-p a,b`,
+/// `--user a,b`).
+pub fn comma_list(text: Option<&str>) -> Vec<String> {
+    text.map(|t| {
+        t.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// A `--wrap` job's default name: the command's first word (api.proto's
+/// default, filled by the client so every server agrees).
+pub fn wrap_job_name(command: &str) -> String {
+    command
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Now, in ms since the Unix epoch, for the TIME column. A clock before
 /// 1970 reads as 0 rather than failing a listing.
 pub fn now_ms() -> u64 {

@@ -68,18 +68,6 @@ pub struct SacctArgs {
     pub json: bool,
 }
 
-fn list(text: &Option<String>) -> Vec<String> {
-    text.as_deref()
-        .map(|t| {
-            t.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 pub async fn run(global: &GlobalArgs, args: SacctArgs) -> Result<ExitCode> {
     let now = now_ms();
     let columns = parse_fields(args.format.as_deref().unwrap_or(DEFAULT_FIELDS))?;
@@ -102,12 +90,12 @@ pub async fn run(global: &GlobalArgs, args: SacctArgs) -> Result<ExitCode> {
         Some(t) => parse_sacct_time(t, now)?,
         None => u64::MAX,
     };
-    let mut users = list(&args.user);
+    let mut users = berth_client::comma_list(args.user.as_deref());
     if users.is_empty() && !args.allusers && ids.is_empty() {
         users.push(current_user());
     }
-    let accounts = list(&args.accounts);
-    let partitions = list(&args.partition);
+    let accounts = berth_client::comma_list(args.accounts.as_deref());
+    let partitions = berth_client::comma_list(args.partition.as_deref());
     let layout = if args.parsable2 {
         Layout::Parsable2
     } else if args.parsable {

@@ -268,17 +268,6 @@ fn to_json(rows: &[PriorityFactors]) -> Value {
     })
 }
 
-fn list(text: Option<&str>) -> Vec<String> {
-    text.map(|t| {
-        t.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
-    })
-    .unwrap_or_default()
-}
-
 pub async fn run(global: &GlobalArgs, args: SprioArgs) -> Result<ExitCode> {
     if args.norm {
         bail!("-n/--norm is not supported: Berth reports weighted priority factors only");
@@ -294,8 +283,8 @@ pub async fn run(global: &GlobalArgs, args: SprioArgs) -> Result<ExitCode> {
         .map(parse_job_ids)
         .transpose()?
         .unwrap_or_default();
-    let users = list(args.user.as_deref());
-    let partitions = list(args.partition.as_deref());
+    let users = berth_client::comma_list(args.user.as_deref());
+    let partitions = berth_client::comma_list(args.partition.as_deref());
 
     let mut cluster = Cluster::new(servers_from(global.server.clone()));
     let request = GetPrioritiesRequest {

@@ -7,13 +7,12 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use berth_client::alt::{parse_alt, AltDefaults};
 use berth_client::begin::parse_begin;
 use berth_client::export::parse_export;
-use berth_client::fast_submit::comma_list;
 use berth_client::json::submit_json;
 use berth_client::mem::parse_mem_mb;
 use berth_client::script::{check_script, sbatch_directives, script_command};
 use berth_client::time::parse_time_limit;
 use berth_client::user::current_user;
-use berth_client::{servers_from, Cluster};
+use berth_client::{comma_list, servers_from, wrap_job_name, Cluster};
 use berth_proto::api::{JobSpec, ResourceSet, SubmitJobRequest};
 use clap::{Args, Parser};
 use std::io::{IsTerminal, Read};
@@ -403,15 +402,7 @@ pub fn build_request(
     caller: &Caller,
 ) -> Result<SubmitJobRequest> {
     let (command, default_name) = match source {
-        // api.proto's default name, filled here so every server agrees.
-        Source::Wrap(command) => (
-            command.clone(),
-            command
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_string(),
-        ),
+        Source::Wrap(command) => (command.clone(), wrap_job_name(command)),
         Source::Script { text, name, args } => (script_command(text, args), name.clone()),
     };
     refuse_unsupported(args)?;
