@@ -381,8 +381,9 @@ fn encoded_len<T: serde::Serialize>(value: &T) -> Result<usize, ProposeError> {
 
 /// Starts the task that turns proposals into log entries: it takes the
 /// first waiting proposal, waits for one of `PROPOSALS_IN_FLIGHT_MAX`
-/// slots, then takes every proposal that arrived meanwhile (within the
-/// batch bounds) and writes them as one entry.
+/// slots, then takes every proposal that arrived meanwhile, yields to the
+/// runtime `BATCH_YIELDS_MAX` times and takes those again (within the
+/// batch bounds), and writes them as one entry.
 fn start_batcher(raft: Raft) -> mpsc::Sender<Proposal> {
     let (tx, mut rx) = mpsc::channel::<Proposal>(PROPOSALS_QUEUED_MAX);
     tokio::spawn(async move {
