@@ -72,6 +72,36 @@ pub fn parse_config(text: &str, path: &Path) -> Result<ClientConfig, ConfigError
     })
 }
 
+/// Where to connect, as the command line gave it, and after [`fill`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// `--server`: "host:port[,...]".
+    pub server: Option<String>,
+    /// `--token`.
+    pub token: Option<String>,
+    /// `--ca`.
+    pub ca: Option<PathBuf>,
+}
+
+/// Fills what neither a flag nor the environment gave from the client
+/// config file, if there is one (flag, then environment, then file).
+pub fn fill(mut reach: Reach) -> Result<Reach, ConfigError> {
+    let Some(config) = load()? else {
+        return Ok(reach);
+    };
+    let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
+    if reach.server.is_none() && unset(crate::SERVER_ENV) && !config.servers.is_empty() {
+        reach.server = Some(config.servers.join(","));
+    }
+    if reach.token.is_none() && unset(crate::TOKEN_ENV) {
+        reach.token = config.token;
+    }
+    if reach.ca.is_none() && unset(crate::CA_ENV) {
+        reach.ca = config.ca;
+    }
+    Ok(reach)
+}
+
 /// Reads the config file this process should use, if there is one.
 pub fn load() -> Result<Option<ClientConfig>, ConfigError> {
     let env = std::env::var(CONFIG_ENV).ok();

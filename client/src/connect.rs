@@ -50,16 +50,21 @@ pub fn set_token(token: Option<String>) {
     let _ = TOKEN.set(token.filter(|t| !t.trim().is_empty()));
 }
 
-fn credentials() -> AttachCredentials {
-    let token = TOKEN
+/// The token this process's calls carry: `set_token`'s, else
+/// `BERTH_TOKEN`'s, trimmed; none when neither is set or blank.
+pub fn token() -> Option<&'static str> {
+    TOKEN
         .get_or_init(|| {
             std::env::var(TOKEN_ENV)
                 .ok()
                 .filter(|t| !t.trim().is_empty())
         })
         .as_deref()
-        .map(str::trim);
-    AttachCredentials::bearer(token)
+        .map(str::trim)
+}
+
+fn credentials() -> AttachCredentials {
+    AttachCredentials::bearer(token())
 }
 
 /// Why one server could not be connected to.

@@ -30,6 +30,7 @@ pub mod fast_submit;
 pub mod hostlist;
 pub mod json;
 pub mod mem;
+pub mod output;
 pub mod queue;
 pub mod reservation;
 pub mod sacct;

@@ -271,21 +271,17 @@ pub fn parse(tool: Tool, argv: &[OsString]) -> Result<Invocation, clap::Error> {
 
 /// Fills what neither a flag nor the environment gave from the client
 /// config file, if there is one (flag, then environment, then file).
-pub(crate) fn with_config_file(mut global: GlobalArgs) -> anyhow::Result<GlobalArgs> {
-    let Some(config) = berth_client::config_file::load()? else {
-        return Ok(global);
-    };
-    let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
-    if global.server.is_none() && unset(berth_client::SERVER_ENV) && !config.servers.is_empty() {
-        global.server = Some(config.servers.join(","));
-    }
-    if global.token.is_none() && unset(berth_client::TOKEN_ENV) {
-        global.token = config.token;
-    }
-    if global.ca.is_none() && unset(berth_client::CA_ENV) {
-        global.ca = config.ca;
-    }
-    Ok(global)
+pub(crate) fn with_config_file(global: GlobalArgs) -> anyhow::Result<GlobalArgs> {
+    let reach = berth_client::config_file::fill(berth_client::config_file::Reach {
+        server: global.server,
+        token: global.token,
+        ca: global.ca,
+    })?;
+    Ok(GlobalArgs {
+        server: reach.server,
+        token: reach.token,
+        ca: reach.ca,
+    })
 }
 
 /// Runs a parsed command. Everything the user typed is checked before the

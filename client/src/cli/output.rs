@@ -1,44 +1,15 @@
-//! Writing results without panicking when the reader goes away
-//! (`squeue | head`), and keeping error messages on one line.
+//! Output for the `berth` commands: the library's pipe-tolerant writer
+//! and one-line messages (`berth_client::output`), with anyhow errors.
 
-use std::io::{ErrorKind, Write};
+pub use berth_client::output::one_line;
 
 /// Writes `text` to stdout. A closed pipe is not an error: the reader has
 /// seen all it wanted.
 pub fn emit(text: &str) -> anyhow::Result<()> {
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(err) if err.kind() != ErrorKind::BrokenPipe => Err(err.into()),
-        _ => Ok(()),
-    }
+    Ok(berth_client::output::emit(text)?)
 }
 
 /// Writes `value` as pretty JSON and a newline.
 pub fn emit_json(value: &serde_json::Value) -> anyhow::Result<()> {
     emit(&format!("{}\n", serde_json::to_string_pretty(value)?))
-}
-
-/// Folds a message onto one line, so every error is exactly one line that
-/// scripts can grep and log collectors keep whole.
-pub fn one_line(message: &str) -> String {
-    message
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn messages_fold_onto_one_line() {
-        assert_eq!(one_line("a\n\n  b\n"), "a; b");
-        assert_eq!(one_line("plain"), "plain");
-    }
 }

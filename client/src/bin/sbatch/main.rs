@@ -16,17 +16,15 @@
 
 mod arena;
 
-use berth_client::config_file;
 use berth_client::fast_submit::{self, FastSubmit, Parsed};
+use berth_client::{config_file, output};
 use berth_client::{
     servers_from, ClientError, RetryPolicy, CA_ENV, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS,
-    SERVER_ENV, TOKEN_ENV,
 };
 use berth_proto::api::{SubmitJobRequest, SubmitJobResponse};
 use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use std::ffi::OsString;
-use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -45,7 +43,7 @@ const ANSWER_BYTES_MAX: usize = 64 * 1024;
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     match plan(&argv) {
-        Some(submit) => run(submit),
+        Some(submit) => run(submit, &argv),
         None => delegate(&argv),
     }
 }
@@ -68,29 +66,20 @@ fn plan(argv: &[OsString]) -> Option<Plan> {
     let Parsed::Submit(submit) = fast_submit::parse(&args) else {
         return None;
     };
-    // Flag, then environment, then the config file (as `berth` reads
-    // them); a config `berth` would refuse is its to report.
-    let config = config_file::load().ok()?.unwrap_or_default();
-    let unset = |name: &str| std::env::var_os(name).is_none_or(|v| v.is_empty());
-    if std::env::var_os(CA_ENV).is_some() || config.ca.is_some() {
+    // Flag, then environment, then the config file, as `berth` reads
+    // them; a config `berth` would refuse is its to report.
+    let reach = config_file::fill(config_file::Reach::default()).ok()?;
+    if std::env::var_os(CA_ENV).is_some() || reach.ca.is_some() {
         return None;
     }
-    let servers = if unset(SERVER_ENV) && !config.servers.is_empty() {
-        servers_from(Some(config.servers.join(",")))
-    } else {
-        servers_from(None)
-    };
+    let servers = servers_from(reach.server);
     if !servers.iter().all(|s| plain_host_port(s)) {
         return None;
     }
-    let token = if unset(TOKEN_ENV) {
-        config.token
-    } else {
-        std::env::var(TOKEN_ENV).ok()
-    };
-    let token = token
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty());
+    if reach.token.is_some() {
+        berth_client::set_token(reach.token);
+    }
+    let token = berth_client::connect::token().map(str::to_string);
     // A token `berth` could not put in a header is its to report.
     if token
         .as_deref()
@@ -138,16 +127,11 @@ fn delegate(argv: &[OsString]) -> ExitCode {
 
 /// Prints `sbatch: error: message` on one line, Slurm's style, and fails.
 fn fail(message: &str) -> ExitCode {
-    let one_line: Vec<&str> = message
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    eprintln!("sbatch: error: {}", one_line.join("; "));
+    eprintln!("sbatch: error: {}", output::one_line(message));
     ExitCode::FAILURE
 }
 
-fn run(plan: Plan) -> ExitCode {
+fn run(plan: Plan, argv: &[OsString]) -> ExitCode {
     let Ok(cwd) = std::env::current_dir() else {
         return fail("cannot determine the current directory");
     };
@@ -155,7 +139,7 @@ fn run(plan: Plan) -> ExitCode {
     let request_id = uuid::Uuid::new_v4().to_string();
     let Some(request) = plan.submit.request(&cwd, &user, request_id) else {
         // A value `berth` would refuse: it says why. Nothing was sent.
-        return delegate(&std::env::args_os().collect::<Vec<_>>());
+        return delegate(argv);
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -172,15 +156,9 @@ fn run(plan: Plan) -> ExitCode {
             } else {
                 format!("Submitted batch job {}\n", answer.job_id)
             };
-            let mut stdout = std::io::stdout().lock();
-            match stdout
-                .write_all(line.as_bytes())
-                .and_then(|()| stdout.flush())
-            {
-                Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
-                    fail(&format!("cannot write the job id: {err}"))
-                }
-                _ => ExitCode::SUCCESS,
+            match output::emit(&line) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => fail(&format!("cannot write the job id: {err}")),
             }
         }
         Err(err) => fail(&err.to_string()),
