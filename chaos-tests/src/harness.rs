@@ -297,6 +297,9 @@ impl LocalCluster {
             String::new()
         };
         let voter_toml: String = voters.iter().map(member_line).collect();
+        // The nodes share this machine's cores.
+        let worker_threads =
+            berth_node::config::colocated_worker_threads(options.nodes + options.spare_nodes);
         let mut nodes = Vec::new();
         for ((id, addr), metrics_addr) in members.iter().zip(http_addrs) {
             // A spare node lists itself too (its config must name it); it
@@ -313,7 +316,7 @@ impl LocalCluster {
             // jobs NODE_FAIL with 5 s. The margin is for loaded CI machines.
             let config = format!(
                 "node_id = {id}\nlisten = \"{addr}\"\nmetrics_listen = \"{metrics_addr}\"\n\
-                 data_dir = \"{}\"\nbootstrap = {}\n{member_toml}\n\
+                 data_dir = \"{}\"\nbootstrap = {}\nworker_threads = {worker_threads}\n{member_toml}\n\
                  [agents]\nheartbeat_interval_ms = 500\nheartbeat_timeout_ms = 10000\nstop_grace_s = 5\n{}",
                 dir.join(format!("node-{id}")).display(),
                 *id == 1,

@@ -41,6 +41,28 @@ pub struct NodeConfig {
     pub tls: TlsConfig,
     #[serde(default)]
     pub ui: UiConfig,
+    /// Threads of the async runtime that serves the API, Raft and agents;
+    /// 0 (the default) is one per CPU. Nodes that share a machine's cores
+    /// (`berthd dev`, the test harness) each get their share
+    /// ([`colocated_worker_threads`]), so they do not hand work back and
+    /// forth between more threads than there are cores.
+    #[serde(default)]
+    pub worker_threads: usize,
+}
+
+/// Async runtime threads at most (`worker_threads`).
+pub const WORKER_THREADS_MAX: usize = 1_024;
+
+/// `worker_threads` for each of `nodes` nodes that share this machine's
+/// cores: the cores divided among them, at least one. On 2 cores with 3
+/// nodes that is 1 thread each, against tokio's 2: a storm of
+/// one-process-per-job submits cost the three nodes 0.49 against 0.58 ms
+/// of CPU per job, with a third fewer context switches (BENCHMARKS.md,
+/// thirteenth session).
+pub fn colocated_worker_threads(nodes: u64) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let nodes = usize::try_from(nodes.max(1)).unwrap_or(usize::MAX);
+    (cores / nodes).clamp(1, WORKER_THREADS_MAX)
 }
 
 /// The web UI under `/ui/` on the HTTP listener (`metrics_listen`).
@@ -374,6 +396,12 @@ impl NodeConfig {
                 "raft.election_timeout_max_ms must exceed raft.election_timeout_min_ms".into(),
             );
         }
+        if self.worker_threads > WORKER_THREADS_MAX {
+            return Err(format!(
+                "worker_threads must be at most {WORKER_THREADS_MAX} (0: one per CPU), got {}",
+                self.worker_threads
+            ));
+        }
         self.scheduler.validate()?;
         if self.agents.heartbeat_timeout_ms <= self.agents.heartbeat_interval_ms {
             return Err(
@@ -410,6 +438,23 @@ addr = "127.0.0.1:7101"
         let c: NodeConfig = toml::from_str(GOOD).expect("parse");
         assert!(c.validate().is_ok());
         assert_eq!(c.scheduler.pass_interval_ms, 1_000);
+        assert_eq!(c.worker_threads, 0, "one per CPU unless set");
+    }
+
+    #[test]
+    fn worker_threads_are_bounded_and_shared_among_colocated_nodes() {
+        let mut c: NodeConfig =
+            toml::from_str(&format!("worker_threads = 4\n{GOOD}")).expect("parse");
+        assert_eq!(c.worker_threads, 4);
+        assert!(c.validate().is_ok());
+        c.worker_threads = WORKER_THREADS_MAX + 1;
+        let e = c.validate().expect_err("too many threads");
+        assert!(e.contains("worker_threads must be at most"), "{e}");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(colocated_worker_threads(1), cores.min(WORKER_THREADS_MAX));
+        assert_eq!(colocated_worker_threads(0), colocated_worker_threads(1));
+        assert_eq!(colocated_worker_threads(u64::MAX), 1, "never below one");
+        assert_eq!(colocated_worker_threads(3), (cores / 3).max(1));
     }
 
     #[test]

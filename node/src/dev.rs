@@ -11,7 +11,9 @@ use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::{ClusterStatusRequest, ListHostsRequest};
 use tokio::process::{Child, Command};
 
-use crate::config::{AgentPolicy, MemberConfig, NodeConfig, RaftTimings, SchedulerConfig};
+use crate::config::{
+    colocated_worker_threads, AgentPolicy, MemberConfig, NodeConfig, RaftTimings, SchedulerConfig,
+};
 
 /// How long `berthd dev` waits for a leader and for the agents.
 const STARTUP_DEADLINE_MS: u64 = 60_000;
@@ -65,6 +67,8 @@ pub fn cluster_configs(dir: &Path, n: u64, base_port: u16) -> Vec<NodeConfig> {
             auth: Default::default(),
             tls: Default::default(),
             ui: Default::default(),
+            // The nodes share this machine's cores.
+            worker_threads: colocated_worker_threads(n),
         })
         .collect()
 }

@@ -44,4 +44,5 @@ pub mod sd_notify;
 pub mod server;
 pub mod step_access;
 pub mod ui;
+pub mod whole_request;
 pub mod wire;

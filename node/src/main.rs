@@ -5,7 +5,7 @@
 mod store_check;
 mod store_restore;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -125,10 +125,33 @@ fn main() -> ExitCode {
             }
         };
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // A node's config is read before its runtime starts: it says how many
+    // threads the runtime has.
+    let run = match (cli.command, cli.config) {
+        (Some(Cmd::Dev(args)), _) => Run::Dev(args),
+        (Some(Cmd::Store(_)), _) => unreachable!("store commands returned above"),
+        (None, Some(path)) => {
+            init_tracing();
+            match load_node_config(&path, &cli.sets) {
+                Ok(config) => Run::Node(Box::new(config)),
+                Err(e) => {
+                    eprintln!("berthd: error: {}", one_line(&e));
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        (None, None) => {
+            eprintln!("berthd: error: give --config FILE to run a node, or `berthd dev`");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Run::Node(config) = &run {
+        if config.worker_threads > 0 {
+            builder.worker_threads(config.worker_threads);
+        }
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("berthd: error: cannot start the runtime: {e}");
@@ -136,13 +159,9 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match (cli.command, cli.config) {
-            (Some(Cmd::Dev(args)), _) => dev::run(args).await,
-            (Some(Cmd::Store(command)), _) => run_store_command(&command),
-            (None, Some(path)) => run_node(path, &cli.sets).await,
-            (None, None) => Err(anyhow::anyhow!(
-                "give --config FILE to run a node, or `berthd dev`"
-            )),
+        match run {
+            Run::Dev(args) => dev::run(args).await,
+            Run::Node(config) => run_node(*config).await,
         }
     });
     match result {
@@ -194,13 +213,22 @@ fn one_line(e: &anyhow::Error) -> String {
     line
 }
 
-async fn run_node(path: PathBuf, sets: &[String]) -> anyhow::Result<()> {
-    init_tracing();
+/// What `berthd` was asked to run, once its arguments are read.
+enum Run {
+    Dev(DevArgs),
+    Node(Box<NodeConfig>),
+}
+
+/// The node's config file with `BERTH_` variables and `--set` flags over it.
+fn load_node_config(path: &Path, sets: &[String]) -> anyhow::Result<NodeConfig> {
     let mut settings = config_overlay::from_env(std::env::vars());
     for flag in sets {
         settings.push(config_overlay::from_flag(flag).map_err(anyhow::Error::msg)?);
     }
-    let config = NodeConfig::load_with(&path, &settings)?;
+    Ok(NodeConfig::load_with(path, &settings)?)
+}
+
+async fn run_node(config: NodeConfig) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_stop_signal().await;

@@ -21,6 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::transport::Channel;
 
+use crate::whole_request::WholeRequest;
 use crate::wire::{self, PeerEncoding};
 
 /// A peer that does not accept a TCP connection within this long is
@@ -50,7 +51,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         PeerConnection {
             target,
             client: channel(&node.addr).ok().map(|c| {
-                RaftTransportClient::new(c)
+                RaftTransportClient::new(WholeRequest::new(c))
                     .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
             }),
@@ -65,7 +66,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct PeerConnection {
     target: NodeId,
     addr: String,
-    client: Option<RaftTransportClient<Channel>>,
+    client: Option<RaftTransportClient<WholeRequest<Channel>>>,
     credentials: AttachCredentials,
     /// What the peer reads: JSON until its replies say MessagePack.
     encoding: PeerEncoding,

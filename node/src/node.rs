@@ -27,14 +27,16 @@ const PROPOSE_RETRY_PAUSE_MS: u64 = 50;
 
 /// Log entries the leader has proposed and not yet seen applied, at most.
 /// openraft 0.9 writes (and fsyncs) each proposed entry on its own, so
-/// proposals that arrive while these are in flight wait and then share one
-/// entry (`Command::Batch`): under load one fsync covers many submits,
-/// while a lone proposal is sent at once, unbatched. 2 rather than 4: in
-/// `berth-drill bench raft-writes` the larger batches did better at 64 and
-/// 256 clients (0.69× and 0.63× etcd against 0.61× and 0.57×), and again
-/// with 256 KiB batches (`--berth-only --clients 16,64`, alternating:
-/// 5,674 and 5,757 submits/s at 64 clients with 2, 5,488 and 5,170 with 4).
-const PROPOSALS_IN_FLIGHT_MAX: usize = 2;
+/// proposals that arrive while one is in flight wait and then share one
+/// entry (`Command::Batch`): under load one fsync and one replication
+/// round cover many submits, while a lone proposal is sent at once,
+/// unbatched. 1 rather than 2 (and 2 rather than 4 before it): with one
+/// runtime thread per node on 2 cores, alternating runs of `berth-drill
+/// bench raft-writes --clients 64,256` gave 8,591 and 8,581 submits/s at 64
+/// clients with 1, against 8,055 with 2, and a storm of `sbatch` processes
+/// put 3.8 jobs in an entry instead of 2.4, at 3-6% less server CPU per
+/// job (BENCHMARKS.md, thirteenth session).
+const PROPOSALS_IN_FLIGHT_MAX: usize = 1;
 /// Commands one batch entry carries at most.
 const BATCH_COMMANDS_MAX: usize = 256;
 /// Encoded bytes (MessagePack, as the log stores them) of the commands in
