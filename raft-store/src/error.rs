@@ -42,6 +42,12 @@ pub enum StoreError {
     },
     #[error("the store at {path} is corrupt: {detail}")]
     Corrupt { path: PathBuf, detail: String },
+    #[error("cannot start the WAL sync thread for the store at {path}: {source}")]
+    SyncThread {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot pin the state for a snapshot: {0}")]
     SnapshotPin(String),
     #[error("rocksdb: {0}")]

@@ -10,9 +10,11 @@
 //! - `sm_jobs`, `sm_hosts`, `sm_requests`: the state machine's tables.
 //!
 //! Every write that openraft relies on for durability is a `WriteBatch`
-//! written with a synced WAL (`WriteOptions::set_sync(true)`): log appends,
-//! truncations, purges, votes and snapshot installs. A `kill -9` or a power
-//! loss therefore never loses what was acknowledged, and a batch is either
+//! written with a synced WAL (`WriteOptions::set_sync(true)`) —
+//! truncations, purges, votes and snapshot installs — or, for log appends,
+//! written and then synced by the store's WAL thread before openraft is
+//! told they are durable (`store/wal_sync`). A `kill -9` or a power loss
+//! therefore never loses what was acknowledged, and a batch is either
 //! wholly there or not at all.
 //!
 //! An apply batch is written to the same WAL without its own fsync (as
@@ -157,10 +159,16 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
     let applied_index = data.last_applied.map(|l| l.index).unwrap_or(0);
     let state: SharedState = Arc::new(RwLock::new(SmState::from_data(data)));
     let (applied_tx, applied) = watch::channel(applied_index);
+    let syncer =
+        wal_sync::WalSyncer::start(db.clone()).map_err(|source| StoreError::SyncThread {
+            path: path.to_path_buf(),
+            source,
+        })?;
     Ok(StoreHandles {
         log: LogStore {
             db: db.clone(),
             recent: Arc::default(),
+            syncer: Arc::new(syncer),
         },
         state_machine: StateMachineStore {
             db,
@@ -498,14 +506,26 @@ pub struct LogStore {
     /// The newest entries as appended, shared by every clone (openraft's
     /// log readers): see [`recent`].
     recent: Arc<Mutex<recent::RecentEntries>>,
+    /// Makes [`RaftLogStorage::append`]'s batches durable and tells
+    /// openraft: see [`wal_sync`].
+    syncer: Arc<wal_sync::WalSyncer>,
 }
 
 impl LogStore {
-    /// Writes `entries` as one `WriteBatch` with a synced WAL: what
-    /// [`RaftLogStorage::append`] does before it tells openraft the entries
-    /// are durable. Public for tools and benchmarks, which cannot build
-    /// openraft's callback.
+    /// Writes `entries` as one `WriteBatch` with a synced WAL. Public for
+    /// tools and benchmarks, which cannot build openraft's callback;
+    /// [`RaftLogStorage::append`] writes the same batch unsynced and has
+    /// it synced off openraft's task ([`wal_sync`]).
     pub fn append_durable<I>(&self, entries: I) -> Result<(), StoreError>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>>,
+    {
+        self.append_with(entries, &synced())
+    }
+
+    /// Writes `entries` as one `WriteBatch` with `options`, then keeps them
+    /// among the recent entries.
+    fn append_with<I>(&self, entries: I, options: &WriteOptions) -> Result<(), StoreError>
     where
         I: IntoIterator<Item = Entry<TypeConfig>>,
     {
@@ -517,7 +537,7 @@ impl LogStore {
             batch.put_cf(logs, index_key(entry.log_id.index), &bytes);
             written.push((entry, bytes.len()));
         }
-        self.db.write_opt(batch, &synced())?;
+        self.db.write_opt(batch, options)?;
         let mut recent = self.recent();
         for (entry, size) in written {
             recent.push(entry, size);
@@ -662,17 +682,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // Synced before openraft hears it is durable: an acknowledged entry
-        // survives kill -9.
-        match self.append_durable(entries) {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(e) => {
-                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-                Err(StorageIOError::write_logs(&e).into())
-            }
+        // Written now, synced by the WAL thread, which only then tells
+        // openraft the entries are durable: an acknowledged entry survives
+        // kill -9 and power loss.
+        if let Err(e) = self.append_with(entries, &WriteOptions::default()) {
+            callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+            return Err(StorageIOError::write_logs(&e).into());
+        }
+        match self.syncer.after_sync(callback) {
+            Ok(()) => Ok(()),
+            // The thread is gone: sync here.
+            Err(callback) => match self.db.flush_wal(true) {
+                Ok(()) => {
+                    callback.log_io_completed(Ok(()));
+                    Ok(())
+                }
+                Err(e) => {
+                    callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                    Err(StorageIOError::write_logs(&e).into())
+                }
+            },
         }
     }
 
@@ -1192,6 +1221,7 @@ pub fn store_path(data_dir: &Path) -> PathBuf {
 
 pub(crate) mod format4;
 mod recent;
+mod wal_sync;
 
 #[cfg(test)]
 mod tests;

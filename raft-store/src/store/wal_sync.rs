@@ -1,0 +1,108 @@
+//! Log appends made durable off openraft's core task.
+//!
+//! openraft 0.9 runs a leader's `append` before it sends the entries to the
+//! followers, so an `append` that fsyncs in place puts the leader's fsync
+//! in front of the followers' on every write's path. Instead, `append`
+//! writes its batch to the WAL unsynced (readable at once, as a leader may
+//! replicate entries it has not yet made durable; Raft counts its own copy
+//! only once it is) and hands openraft's flush callback to this thread,
+//! which fsyncs the WAL and then completes the callback. So the leader's
+//! fsync overlaps the round trip to the followers.
+//!
+//! One thread per store, callbacks in the order the appends were made. A
+//! callback is queued only after its batch was written, and the fsync that
+//! completes it starts after it was taken off the queue, so the fsync
+//! covers that batch and every earlier one (all column families share the
+//! one WAL). Callbacks that queued up during one fsync are completed by the
+//! next, together: under load one fsync covers several appends.
+
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use openraft::storage::LogFlushed;
+use rocksdb::DB;
+
+use crate::TypeConfig;
+
+/// Appends waiting for their fsync, at most; `append` waits beyond this.
+const CALLBACKS_QUEUED_MAX: usize = 4_096;
+/// Callbacks one fsync completes at most.
+const CALLBACKS_PER_SYNC_MAX: usize = 4_096;
+
+/// The syncing thread of one store. Dropping it (with the last clone of
+/// the log store) ends the thread and waits for it, so the store's files
+/// are closed once the store is dropped.
+pub(crate) struct WalSyncer {
+    queue: Option<SyncSender<LogFlushed<TypeConfig>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl WalSyncer {
+    pub(crate) fn start(db: Arc<DB>) -> std::io::Result<WalSyncer> {
+        let (queue, waiting) = mpsc::sync_channel(CALLBACKS_QUEUED_MAX);
+        let thread = std::thread::Builder::new()
+            .name("berth-wal-sync".into())
+            .spawn(move || sync_loop(&db, &waiting))?;
+        Ok(WalSyncer {
+            queue: Some(queue),
+            thread: Some(thread),
+        })
+    }
+
+    /// Completes `callback` once the WAL, with every batch written before
+    /// this call, is on disk. Gives the callback back if the thread is
+    /// gone, for the caller to sync in place.
+    pub(crate) fn after_sync(
+        &self,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), LogFlushed<TypeConfig>> {
+        let Some(queue) = &self.queue else {
+            return Err(callback);
+        };
+        match queue.try_send(callback) {
+            Ok(()) => Ok(()),
+            // Full: wait for room, as a synced write would have waited.
+            Err(TrySendError::Full(callback)) => queue.send(callback).map_err(|e| e.0),
+            Err(TrySendError::Disconnected(callback)) => Err(callback),
+        }
+    }
+}
+
+impl Drop for WalSyncer {
+    fn drop(&mut self) {
+        // Closing the queue ends the loop once it has completed what is
+        // queued.
+        drop(self.queue.take());
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!("the WAL sync thread panicked");
+            }
+        }
+    }
+}
+
+fn sync_loop(db: &DB, waiting: &Receiver<LogFlushed<TypeConfig>>) {
+    let mut batch = Vec::new();
+    while let Ok(first) = waiting.recv() {
+        batch.push(first);
+        while batch.len() < CALLBACKS_PER_SYNC_MAX {
+            match waiting.try_recv() {
+                Ok(callback) => batch.push(callback),
+                Err(_) => break,
+            }
+        }
+        let synced = db.flush_wal(true);
+        if let Err(e) = &synced {
+            tracing::error!(error = %e, "WAL fsync failed; the appends it covered are not durable");
+        }
+        for callback in batch.drain(..) {
+            callback.log_io_completed(
+                synced
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| std::io::Error::other(e.to_string())),
+            );
+        }
+    }
+}
