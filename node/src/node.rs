@@ -26,7 +26,7 @@ const PROPOSE_RETRY_WINDOW_MS: u64 = 5_000;
 const PROPOSE_RETRY_PAUSE_MS: u64 = 50;
 
 /// Log entries the leader has proposed and not yet seen applied, at most.
-/// openraft 0.9 writes (and fsyncs) each proposed entry on its own, so
+/// openraft 0.9 appends and replicates each proposed entry on its own, so
 /// proposals that arrive while one is in flight wait and then share one
 /// entry (`Command::Batch`): under load one fsync and one replication
 /// round cover many submits, while a lone proposal is sent at once,

@@ -689,20 +689,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
             return Err(StorageIOError::write_logs(&e).into());
         }
-        match self.syncer.after_sync(callback) {
-            Ok(()) => Ok(()),
-            // The thread is gone: sync here.
-            Err(callback) => match self.db.flush_wal(true) {
-                Ok(()) => {
-                    callback.log_io_completed(Ok(()));
-                    Ok(())
-                }
-                Err(e) => {
-                    callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
-                    Err(StorageIOError::write_logs(&e).into())
-                }
-            },
-        }
+        self.syncer.after_sync(callback);
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {

@@ -16,7 +16,7 @@
 //! one WAL). Callbacks that queued up during one fsync are completed by the
 //! next, together: under load one fsync covers several appends.
 
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -34,6 +34,7 @@ const CALLBACKS_PER_SYNC_MAX: usize = 4_096;
 /// the log store) ends the thread and waits for it, so the store's files
 /// are closed once the store is dropped.
 pub(crate) struct WalSyncer {
+    db: Arc<DB>,
     queue: Option<SyncSender<LogFlushed<TypeConfig>>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -41,30 +42,27 @@ pub(crate) struct WalSyncer {
 impl WalSyncer {
     pub(crate) fn start(db: Arc<DB>) -> std::io::Result<WalSyncer> {
         let (queue, waiting) = mpsc::sync_channel(CALLBACKS_QUEUED_MAX);
+        let thread_db = db.clone();
         let thread = std::thread::Builder::new()
             .name("berth-wal-sync".into())
-            .spawn(move || sync_loop(&db, &waiting))?;
+            .spawn(move || sync_loop(&thread_db, &waiting))?;
         Ok(WalSyncer {
+            db,
             queue: Some(queue),
             thread: Some(thread),
         })
     }
 
     /// Completes `callback` once the WAL, with every batch written before
-    /// this call, is on disk. Gives the callback back if the thread is
-    /// gone, for the caller to sync in place.
-    pub(crate) fn after_sync(
-        &self,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), LogFlushed<TypeConfig>> {
-        let Some(queue) = &self.queue else {
-            return Err(callback);
+    /// this call, is on disk: on the thread, or here if the thread is
+    /// gone. Waits while the queue is full, as a synced write would have.
+    pub(crate) fn after_sync(&self, callback: LogFlushed<TypeConfig>) {
+        let unqueued = match &self.queue {
+            Some(queue) => queue.send(callback).err().map(|e| e.0),
+            None => Some(callback),
         };
-        match queue.try_send(callback) {
-            Ok(()) => Ok(()),
-            // Full: wait for room, as a synced write would have waited.
-            Err(TrySendError::Full(callback)) => queue.send(callback).map_err(|e| e.0),
-            Err(TrySendError::Disconnected(callback)) => Err(callback),
+        if let Some(callback) = unqueued {
+            sync_and_complete(&self.db, [callback]);
         }
     }
 }
@@ -92,17 +90,22 @@ fn sync_loop(db: &DB, waiting: &Receiver<LogFlushed<TypeConfig>>) {
                 Err(_) => break,
             }
         }
-        let synced = db.flush_wal(true);
-        if let Err(e) = &synced {
-            tracing::error!(error = %e, "WAL fsync failed; the appends it covered are not durable");
-        }
-        for callback in batch.drain(..) {
-            callback.log_io_completed(
-                synced
-                    .as_ref()
-                    .map(|_| ())
-                    .map_err(|e| std::io::Error::other(e.to_string())),
-            );
-        }
+        sync_and_complete(db, batch.drain(..));
+    }
+}
+
+/// One fsync of the WAL, then each callback told how it went.
+fn sync_and_complete(db: &DB, callbacks: impl IntoIterator<Item = LogFlushed<TypeConfig>>) {
+    let synced = db.flush_wal(true);
+    if let Err(e) = &synced {
+        tracing::error!(error = %e, "WAL fsync failed; the appends it covered are not durable");
+    }
+    for callback in callbacks {
+        callback.log_io_completed(
+            synced
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| std::io::Error::other(e.to_string())),
+        );
     }
 }
