@@ -4,7 +4,8 @@
 //! what a process costs to start bounds how fast they can submit. This
 //! binary submits the command lines `berth_client::fast_submit` knows
 //! (the common options, `--wrap` or a batch script) with one gRPC call over
-//! a bare HTTP/2 connection, and hands every other command line, unchanged,
+//! a bare HTTP/2 connection in blocking I/O (`h2_call`: no runtime, no
+//! connection task), and hands every other command line, unchanged,
 //! to `berth` (next to this binary, else on `PATH`), which answers as
 //! `sbatch` would. It also hands over when the connection needs TLS (a CA
 //! from `BERTH_CA` or the client config): this binary speaks plain HTTP/2
@@ -15,6 +16,8 @@
 //! id, as `berth_client::Cluster` does them.
 
 mod arena;
+mod h2_call;
+mod hpack;
 
 use berth_client::fast_submit::{self, FastSubmit, Parsed};
 use berth_client::{config_file, output};
@@ -22,13 +25,12 @@ use berth_client::{
     servers_from, ClientError, RetryPolicy, CA_ENV, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS,
 };
 use berth_proto::api::{SubmitJobRequest, SubmitJobResponse};
-use bytes::{BufMut, Bytes, BytesMut};
 use prost::Message;
 use std::ffi::OsString;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
-use std::time::Duration;
-use tokio::net::TcpStream;
+use std::time::{Duration, Instant};
 
 /// A bump arena: see `arena` for why.
 #[global_allocator]
@@ -36,9 +38,6 @@ static ALLOCATOR: arena::Arena = arena::Arena;
 
 /// The gRPC method this binary calls.
 const SUBMIT_PATH: &str = "/berth.v1.BerthApi/SubmitJob";
-
-/// Largest answer accepted, in bytes: a SubmitJobResponse is a few bytes.
-const ANSWER_BYTES_MAX: usize = 64 * 1024;
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
@@ -141,14 +140,7 @@ fn run(plan: Plan, argv: &[OsString]) -> ExitCode {
         // A value `berth` would refuse: it says why. Nothing was sent.
         return delegate(argv);
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => return fail(&format!("cannot start the runtime: {err}")),
-    };
-    let answer = runtime.block_on(submit(&plan.servers, plan.token.as_deref(), &request));
+    let answer = submit(&plan.servers, plan.token.as_deref(), &request);
     match answer {
         Ok(answer) => {
             let line = if plan.submit.options.parsable {
@@ -183,7 +175,7 @@ impl Attempt {
 /// rounds over the server list, moving on when a server cannot be reached
 /// or says UNAVAILABLE, pausing between rounds. The same request (and
 /// request id) every time, so a retry after failover makes no second job.
-async fn submit(
+fn submit(
     servers: &[String],
     token: Option<&str>,
     request: &SubmitJobRequest,
@@ -195,11 +187,11 @@ async fn submit(
     let mut last_unavailable: Option<ClientError> = None;
     for round in 0..policy.rounds.max(1) {
         if round > 0 {
-            tokio::time::sleep(Duration::from_millis(backoff_ms)).await;
+            std::thread::sleep(Duration::from_millis(backoff_ms));
             backoff_ms = backoff_ms.saturating_mul(2).min(policy.max_backoff_ms);
         }
         for server in servers {
-            match call(server, token, body.clone()).await {
+            match call(server, token, &body) {
                 Ok(answer) => return Ok(answer),
                 Err(Attempt::Unreachable) => {
                     if !tried.contains(server) {
@@ -224,111 +216,75 @@ async fn submit(
 }
 
 /// A message in gRPC's length-prefixed framing, uncompressed.
-fn grpc_frame(message: &impl Message) -> Bytes {
+fn grpc_frame(message: &impl Message) -> Vec<u8> {
     let length = message.encoded_len();
-    let mut frame = BytesMut::with_capacity(5 + length);
-    frame.put_u8(0);
-    frame.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
+    let mut frame = Vec::with_capacity(5 + length);
+    frame.push(0);
+    frame.extend_from_slice(&u32::try_from(length).unwrap_or(u32::MAX).to_be_bytes());
     message.encode_raw(&mut frame);
-    frame.freeze()
+    frame
+}
+
+/// A connection to the first of `server`'s addresses that accepts one
+/// within [`CONNECT_TIMEOUT_MS`].
+fn connect(server: &str) -> Option<TcpStream> {
+    let timeout = Duration::from_millis(CONNECT_TIMEOUT_MS);
+    let tcp = server
+        .to_socket_addrs()
+        .ok()?
+        .find_map(|addr| TcpStream::connect_timeout(&addr, timeout).ok())?;
+    // A lone small request: send it now rather than wait for an ACK.
+    let _ = tcp.set_nodelay(true);
+    Some(tcp)
 }
 
 /// One SubmitJob call to `server` on a new connection.
-async fn call(
-    server: &str,
-    token: Option<&str>,
-    body: Bytes,
-) -> Result<SubmitJobResponse, Attempt> {
-    let connect_timeout = Duration::from_millis(CONNECT_TIMEOUT_MS);
-    let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(server)).await {
-        Ok(Ok(tcp)) => tcp,
-        Ok(Err(_)) | Err(_) => return Err(Attempt::Unreachable),
-    };
-    // A lone small request: send it now rather than wait for an ACK.
-    let _ = tcp.set_nodelay(true);
-    let handshake = h2::client::Builder::new()
-        .max_frame_size(16_384)
-        .handshake::<_, Bytes>(tcp);
-    let (sender, connection) = match tokio::time::timeout(connect_timeout, handshake).await {
-        Ok(Ok(pair)) => pair,
-        Ok(Err(_)) | Err(_) => return Err(Attempt::Unreachable),
-    };
-    let driver = tokio::spawn(connection);
-    let exchange = exchange(sender, server, token, body);
-    let answer = tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), exchange).await;
-    driver.abort();
-    match answer {
-        Ok(answer) => answer,
-        Err(_) => Err(Attempt::answered(tonic::Status::unavailable(format!(
-            "no answer within {REQUEST_TIMEOUT_MS} ms"
-        )))),
+fn call(server: &str, token: Option<&str>, body: &[u8]) -> Result<SubmitJobResponse, Attempt> {
+    let mut tcp = connect(server).ok_or(Attempt::Unreachable)?;
+    let bearer = token.map(|token| format!("Bearer {token}"));
+    let mut fields = vec![("content-type", "application/grpc"), ("te", "trailers")];
+    if let Some(bearer) = &bearer {
+        fields.push(("authorization", bearer));
     }
-}
-
-/// Sends the request on an open connection and reads the answer: the
-/// response headers, one message, then the trailers with `grpc-status`.
-async fn exchange(
-    sender: h2::client::SendRequest<Bytes>,
-    server: &str,
-    token: Option<&str>,
-    body: Bytes,
-) -> Result<SubmitJobResponse, Attempt> {
+    let request = h2_call::Request {
+        authority: server,
+        path: SUBMIT_PATH,
+        fields: &fields,
+        body,
+    };
+    let deadline = Instant::now() + Duration::from_millis(REQUEST_TIMEOUT_MS);
     // After the connection was made, a broken exchange is reported the
     // way tonic reports it: UNAVAILABLE, which is retried.
-    let broken = |what: &str, err: &dyn std::fmt::Display| {
-        Attempt::answered(tonic::Status::unavailable(format!("{what}: {err}")))
-    };
-    let mut sender = sender.ready().await.map_err(|e| broken("connection", &e))?;
-    let mut request = http::Request::builder()
-        .method(http::Method::POST)
-        .uri(format!("http://{server}{SUBMIT_PATH}"))
-        .header(http::header::CONTENT_TYPE, "application/grpc")
-        .header(http::header::TE, "trailers");
-    if let Some(token) = token {
-        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    }
-    let request = request.body(()).map_err(|e| broken("request", &e))?;
-    let (response, mut stream) = sender
-        .send_request(request, false)
-        .map_err(|e| broken("request", &e))?;
-    stream
-        .send_data(body, true)
-        .map_err(|e| broken("request", &e))?;
-    let response = response.await.map_err(|e| broken("answer", &e))?;
-    let (head, mut answer) = response.into_parts();
+    let answer = h2_call::call(&mut tcp, &request, deadline).map_err(|err| {
+        Attempt::answered(match err {
+            h2_call::CallError::TooLarge(_) => {
+                tonic::Status::out_of_range(format!("the answer is larger than a submit's: {err}"))
+            }
+            err => tonic::Status::unavailable(format!("{server}: {err}")),
+        })
+    })?;
     // A "trailers-only" answer carries the status in its headers.
-    if let Some(status) = tonic::Status::from_header_map(&head.headers) {
+    if let Some(status) = tonic::Status::from_header_map(&answer.headers) {
         if status.code() != tonic::Code::Ok {
             return Err(Attempt::answered(status));
         }
     }
-    if head.status != http::StatusCode::OK {
+    if answer.status != 200 {
         return Err(Attempt::answered(tonic::Status::unknown(format!(
             "HTTP status {} from the server",
-            head.status
+            answer.status
         ))));
     }
-    let mut message = BytesMut::new();
-    while let Some(chunk) = answer.data().await {
-        let chunk = chunk.map_err(|e| broken("answer", &e))?;
-        let _ = answer.flow_control().release_capacity(chunk.len());
-        if message.len() + chunk.len() > ANSWER_BYTES_MAX {
-            return Err(Attempt::answered(tonic::Status::out_of_range(
-                "the answer is larger than a submit's",
-            )));
-        }
-        message.extend_from_slice(&chunk);
-    }
-    let trailers = answer.trailers().await.map_err(|e| broken("answer", &e))?;
-    let status = trailers
+    let status = answer
+        .trailers
         .as_ref()
         .and_then(tonic::Status::from_header_map)
-        .or_else(|| tonic::Status::from_header_map(&head.headers))
+        .or_else(|| tonic::Status::from_header_map(&answer.headers))
         .unwrap_or_else(|| tonic::Status::unknown("the answer has no grpc-status"));
     if status.code() != tonic::Code::Ok {
         return Err(Attempt::answered(status));
     }
-    decode_answer(&message).map_err(Attempt::answered)
+    decode_answer(&answer.body).map_err(Attempt::answered)
 }
 
 /// The one uncompressed gRPC message in `frame`.
