@@ -251,7 +251,8 @@ enum Bench {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
         /// The do-nothing program each round also runs the same way, to
-        /// measure what process starts alone allow on this machine.
+        /// measure what starting it alone allows on this machine (a static
+        /// one for the floor of a static client such as Berth's `sbatch`).
         #[arg(long, default_value = "/bin/true", conflicts_with = "no_floor")]
         floor: std::path::PathBuf,
         /// Skip the floor phase.

@@ -19,9 +19,11 @@
 //! Each round of `bench sbatch` also runs a floor phase: the same
 //! submitters running a program that does nothing (`/bin/true`), so what
 //! a process start costs on this machine is measured beside both systems.
-//! Its rate is the most any one-process-per-job client could reach here,
-//! with a server that cost nothing; floor / Slurm is the largest ratio
-//! any such client could show against Slurm in that round.
+//! Its rate is the most a client that starts no faster than that program
+//! could reach here, with a server that cost nothing. `/bin/true` is a
+//! dynamic glibc program; a static client starts for less (BENCHMARKS.md,
+//! "Slurm peer"), and `--floor` with a static do-nothing program measures
+//! the floor for such a client.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -781,7 +783,10 @@ pub async fn sbatch_rate(options: &RateOptions) -> anyhow::Result<()> {
             .await;
             print_phase(round, floor_sub.system, &p);
             let ceiling = ratio(p.jobs_per_s(), phases[0].jobs_per_s());
-            println!("round {round} floor/slurm: {ceiling:.2}x (the most any one-process-per-job client could reach)");
+            println!(
+                "round {round} floor/slurm: {ceiling:.2}x (starting {} alone, with no server)",
+                floor_sub.sbatch.display()
+            );
             totals[2].0 += p.ids.len();
             totals[2].1 += p.elapsed.as_secs_f64();
             json["floor"] = phase_json(&p);

@@ -246,7 +246,7 @@ impl<'a> Conn<'a> {
         payload: &[u8],
         out: &mut Vec<u8>,
     ) -> Result<Option<Answer>, CallError> {
-        if self.block.is_some() && head.kind != CONTINUATION {
+        if self.block.is_some() && (head.kind != CONTINUATION || head.stream != STREAM) {
             return Err(CallError::Protocol("a header block was interrupted"));
         }
         match head.kind {
@@ -841,6 +841,57 @@ mod tests {
         drop(tcp);
         server.join().unwrap();
         assert!(matches!(err, CallError::Refused), "{err:?}");
+    }
+
+    /// SETTINGS, then a header block (`:status: 200`, `x-a: 1`) split over
+    /// HEADERS and a CONTINUATION, with `between` written between the two.
+    fn split_answer(between: &[u8]) -> Vec<u8> {
+        let block = [0x88, 0x00, 0x03, b'x', b'-', b'a', 0x01, b'1'];
+        let mut bytes = Vec::new();
+        put_frame_head(&mut bytes, 0, SETTINGS, 0, 0);
+        put_frame_head(&mut bytes, 3, HEADERS, 0, STREAM);
+        bytes.extend_from_slice(&block[..3]);
+        bytes.extend_from_slice(between);
+        put_frame_head(
+            &mut bytes,
+            block.len() - 3,
+            CONTINUATION,
+            END_HEADERS,
+            STREAM,
+        );
+        bytes.extend_from_slice(&block[3..]);
+        put_frame_head(&mut bytes, 2, DATA, END_STREAM, STREAM);
+        bytes.extend_from_slice(b"hi");
+        bytes
+    }
+
+    #[test]
+    fn a_header_block_continues_and_must_not_be_interrupted() {
+        let mut ping = Vec::new();
+        put_frame_head(&mut ping, 8, PING, 0, 0);
+        ping.extend_from_slice(&[1; 8]);
+        for (between, ok) in [(Vec::new(), true), (ping, false)] {
+            let (addr, server) = raw_server(split_answer(&between));
+            let authority = addr.to_string();
+            let mut tcp = connect(addr);
+            let got = call(
+                &mut tcp,
+                &request(&authority, &[], b"x"),
+                deadline_ms(10_000),
+            );
+            drop(tcp);
+            server.join().unwrap();
+            if ok {
+                let answer = got.unwrap();
+                assert_eq!(answer.status, 200);
+                assert_eq!(answer.headers["x-a"], "1");
+                assert_eq!(answer.body, b"hi");
+                assert!(answer.trailers.is_none());
+            } else {
+                let err = got.unwrap_err();
+                assert!(err.to_string().contains("interrupted"), "{err}");
+            }
+        }
     }
 
     #[test]

@@ -187,11 +187,7 @@ impl Decoder {
 
     /// A literal field whose name index has a `prefix_bits` prefix (0: the
     /// name follows as a string), and what follows it.
-    fn literal<'b>(
-        &self,
-        block: &'b [u8],
-        prefix_bits: u8,
-    ) -> Result<Literal<'b>, HpackError> {
+    fn literal<'b>(&self, block: &'b [u8], prefix_bits: u8) -> Result<Literal<'b>, HpackError> {
         let (index, rest) = integer(block, prefix_bits)?;
         let (name, rest) = if index == 0 {
             string(rest)?
