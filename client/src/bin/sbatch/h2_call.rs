@@ -715,8 +715,19 @@ mod tests {
         (addr, server)
     }
 
-    fn connect(addr: SocketAddr) -> TcpStream {
-        TcpStream::connect(addr).unwrap()
+    /// One call to the server at `addr`, then waits for `server` to end.
+    fn call_once(
+        (addr, server): (SocketAddr, std::thread::JoinHandle<()>),
+        fields: &[(&str, &str)],
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<Answer, CallError> {
+        let authority = addr.to_string();
+        let mut tcp = TcpStream::connect(addr).unwrap();
+        let got = call(&mut tcp, &request(&authority, fields, body), deadline);
+        drop(tcp);
+        server.join().unwrap();
+        got
     }
 
     #[test]
@@ -749,21 +760,12 @@ mod tests {
         });
         // Three times the initial window: the body waits for WINDOW_UPDATEs.
         let body = vec![7u8; 3 * 65_535 + 11];
-        let authority = addr.to_string();
         let fields = [
             ("content-type", "application/grpc"),
             ("te", "trailers"),
             ("authorization", "Bearer secret"),
         ];
-        let mut tcp = connect(addr);
-        let answer = call(
-            &mut tcp,
-            &request(&authority, &fields, &body),
-            deadline_ms(10_000),
-        )
-        .unwrap();
-        drop(tcp);
-        server.join().unwrap();
+        let answer = call_once((addr, server), &fields, &body, deadline_ms(10_000)).unwrap();
         assert_eq!(answer.status, 200);
         assert_eq!(
             answer.headers["x-body-bytes"],
@@ -789,16 +791,7 @@ mod tests {
                 .unwrap();
             respond.send_response(answer, true).unwrap();
         });
-        let authority = addr.to_string();
-        let mut tcp = connect(addr);
-        let answer = call(
-            &mut tcp,
-            &request(&authority, &[], b"abc"),
-            deadline_ms(10_000),
-        )
-        .unwrap();
-        drop(tcp);
-        server.join().unwrap();
+        let answer = call_once((addr, server), &[], b"abc", deadline_ms(10_000)).unwrap();
         assert_eq!(answer.status, 200);
         assert_eq!(answer.headers["grpc-status"], "5");
         assert!(answer.trailers.is_none());
@@ -810,16 +803,7 @@ mod tests {
         let (addr, server) = h2_server(|_, _, mut respond| {
             respond.send_reset(h2::Reason::REFUSED_STREAM);
         });
-        let authority = addr.to_string();
-        let mut tcp = connect(addr);
-        let err = call(
-            &mut tcp,
-            &request(&authority, &[], b"x"),
-            deadline_ms(10_000),
-        )
-        .unwrap_err();
-        drop(tcp);
-        server.join().unwrap();
+        let err = call_once((addr, server), &[], b"x", deadline_ms(10_000)).unwrap_err();
         assert!(matches!(err, CallError::Refused), "{err:?}");
     }
 
@@ -830,16 +814,7 @@ mod tests {
         put_frame_head(&mut bytes, 8, GOAWAY, 0, 0);
         bytes.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0]);
         let (addr, server) = raw_server(bytes);
-        let authority = addr.to_string();
-        let mut tcp = connect(addr);
-        let err = call(
-            &mut tcp,
-            &request(&authority, &[], b"x"),
-            deadline_ms(10_000),
-        )
-        .unwrap_err();
-        drop(tcp);
-        server.join().unwrap();
+        let err = call_once((addr, server), &[], b"x", deadline_ms(10_000)).unwrap_err();
         assert!(matches!(err, CallError::Refused), "{err:?}");
     }
 
@@ -872,15 +847,7 @@ mod tests {
         ping.extend_from_slice(&[1; 8]);
         for (between, ok) in [(Vec::new(), true), (ping, false)] {
             let (addr, server) = raw_server(split_answer(&between));
-            let authority = addr.to_string();
-            let mut tcp = connect(addr);
-            let got = call(
-                &mut tcp,
-                &request(&authority, &[], b"x"),
-                deadline_ms(10_000),
-            );
-            drop(tcp);
-            server.join().unwrap();
+            let got = call_once((addr, server), &[], b"x", deadline_ms(10_000));
             if ok {
                 let answer = got.unwrap();
                 assert_eq!(answer.status, 200);
@@ -897,11 +864,7 @@ mod tests {
     #[test]
     fn a_silent_server_runs_into_the_deadline() {
         let (addr, server) = raw_server(Vec::new());
-        let authority = addr.to_string();
-        let mut tcp = connect(addr);
-        let err = call(&mut tcp, &request(&authority, &[], b"x"), deadline_ms(200)).unwrap_err();
-        drop(tcp);
-        server.join().unwrap();
+        let err = call_once((addr, server), &[], b"x", deadline_ms(200)).unwrap_err();
         assert!(matches!(err, CallError::TimedOut), "{err:?}");
     }
 
@@ -929,16 +892,7 @@ mod tests {
                 let mut sink = Vec::new();
                 let _ = socket.read_to_end(&mut sink);
             });
-            let authority = addr.to_string();
-            let mut tcp = connect(addr);
-            let err = call(
-                &mut tcp,
-                &request(&authority, &[], b"x"),
-                deadline_ms(10_000),
-            )
-            .unwrap_err();
-            drop(tcp);
-            server.join().unwrap();
+            let err = call_once((addr, server), &[], b"x", deadline_ms(10_000)).unwrap_err();
             assert!(err.to_string().contains(want), "{err}");
         }
     }

@@ -260,7 +260,7 @@ fn call(server: &str, token: Option<&str>, body: &[u8]) -> Result<SubmitJobRespo
             h2_call::CallError::TooLarge(_) => {
                 tonic::Status::out_of_range(format!("the answer is larger than a submit's: {err}"))
             }
-            err => tonic::Status::unavailable(format!("{server}: {err}")),
+            err => tonic::Status::unavailable(format!("HTTP/2 exchange: {err}")),
         })
     })?;
     // A "trailers-only" answer carries the status in its headers.
