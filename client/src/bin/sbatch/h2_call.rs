@@ -335,6 +335,9 @@ impl<'a> Conn<'a> {
                     }
                     self.stream_window += value - self.initial_window;
                     self.initial_window = value;
+                    if self.stream_window > WINDOW_BYTES_LIMIT {
+                        return Err(CallError::Protocol("a window past 2^31-1"));
+                    }
                 }
                 SETTINGS_MAX_FRAME_SIZE => {
                     if !(FRAME_PAYLOAD_BYTES_DEFAULT as u32..=FRAME_PAYLOAD_BYTES_LIMIT)
@@ -945,6 +948,73 @@ mod tests {
         assert_eq!(decoded, want);
         // The token is marked never to be indexed (RFC 7541 §6.2.3).
         assert!(block.windows(15).any(|w| w == b"\x10\x0dauthorization"));
+    }
+
+    #[test]
+    fn random_frames_never_panic_and_keep_the_windows_bounded() {
+        // xorshift64, seeded: the same frames every run.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let body = vec![1u8; 100_000];
+        for _ in 0..2_000 {
+            let mut conn = Conn::new(&body);
+            let mut out = Vec::new();
+            conn.put_body(&mut out);
+            for _ in 0..16 {
+                let payload: Vec<u8> = (0..next() % 24).map(|_| next() as u8).collect();
+                let head = FrameHead {
+                    length: payload.len(),
+                    kind: (next() % 11) as u8,
+                    flags: next() as u8,
+                    stream: (next() % 3) as u32,
+                };
+                out.clear();
+                match conn.on_frame(head, &payload, &mut out) {
+                    Ok(None) => conn.put_body(&mut out),
+                    Ok(Some(_)) | Err(_) => break,
+                }
+                assert!(conn.conn_window <= WINDOW_BYTES_LIMIT);
+                assert!(conn.stream_window <= WINDOW_BYTES_LIMIT);
+                assert!(conn.answer_body.len() <= ANSWER_BYTES_MAX);
+            }
+        }
+    }
+
+    #[test]
+    fn a_settings_change_may_not_push_a_window_past_its_limit() {
+        let mut conn = Conn::new(b"");
+        let mut out = Vec::new();
+        let grow = |stream: u32, by: u32| {
+            (
+                FrameHead {
+                    length: 4,
+                    kind: WINDOW_UPDATE,
+                    flags: 0,
+                    stream,
+                },
+                by.to_be_bytes().to_vec(),
+            )
+        };
+        let (head, payload) = grow(STREAM, (1 << 31) - 1 - 65_535);
+        conn.on_frame(head, &payload, &mut out).unwrap();
+        assert_eq!(conn.stream_window, WINDOW_BYTES_LIMIT);
+        let mut settings = SETTINGS_INITIAL_WINDOW_SIZE.to_be_bytes().to_vec();
+        settings.extend_from_slice(&65_536u32.to_be_bytes());
+        let head = FrameHead {
+            length: 6,
+            kind: SETTINGS,
+            flags: 0,
+            stream: 0,
+        };
+        let err = conn.on_frame(head, &settings, &mut out).unwrap_err();
+        assert!(err.to_string().contains("window"), "{err}");
+        let (head, payload) = grow(0, 0);
+        assert!(conn.on_frame(head, &payload, &mut out).is_err());
     }
 
     #[test]

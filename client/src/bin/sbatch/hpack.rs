@@ -408,4 +408,42 @@ mod tests {
             let _ = decode_all(&mut Decoder::new(), &good[..end]);
         }
     }
+
+    #[test]
+    fn random_blocks_never_panic_and_keep_the_table_within_its_size() {
+        // xorshift64, seeded: the same blocks every run.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut decoder = Decoder::new();
+        for round in 0..20_000 {
+            if round % 50 == 0 {
+                decoder = Decoder::new();
+            }
+            let length = (next() % 48) as usize;
+            let block: Vec<u8> = (0..length)
+                .map(|i| {
+                    let r = next();
+                    // Mostly small lengths and indexes, so fields complete.
+                    if i % 3 == 1 {
+                        (r % 12) as u8
+                    } else {
+                        r as u8
+                    }
+                })
+                .collect();
+            let _ = decoder.decode(&block, |_, _| {});
+            let entries: usize = decoder
+                .dynamic
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + ENTRY_OVERHEAD_BYTES)
+                .sum();
+            assert_eq!(entries, decoder.size);
+            assert!(decoder.size <= decoder.size_max && decoder.size_max <= TABLE_BYTES_MAX);
+        }
+    }
 }
