@@ -517,6 +517,9 @@ pub struct Phase {
     pub server_cpu_ms_per_job: f64,
     /// CPU seconds the sbatch processes used per job.
     pub client_cpu_ms_per_job: f64,
+    /// CPU seconds this process (the drill: starting, feeding and reaping
+    /// the submitters' processes) used per job, on the same cores.
+    pub harness_cpu_ms_per_job: f64,
     pub load_before: String,
 }
 
@@ -544,6 +547,7 @@ pub async fn submit_phase(
     let load_before = load_average();
     let server_before: f64 = server_pids.iter().map(|p| cpu_seconds(Some(*p))).sum();
     let client_before = cpu_seconds(None);
+    let harness_before = cpu_seconds(Some(std::process::id()));
     let started = Arc::new(AtomicU64::new(0));
     let since = Instant::now();
     let end = since + duration;
@@ -601,6 +605,8 @@ pub async fn submit_phase(
     let server_after: f64 = server_pids.iter().map(|p| cpu_seconds(Some(*p))).sum();
     phase.server_cpu_ms_per_job = (server_after - server_before) * 1000.0 / jobs;
     phase.client_cpu_ms_per_job = (cpu_seconds(None) - client_before) * 1000.0 / jobs;
+    phase.harness_cpu_ms_per_job =
+        (cpu_seconds(Some(std::process::id())) - harness_before) * 1000.0 / jobs;
     phase
 }
 
@@ -668,7 +674,8 @@ fn work_dir(dir: &Option<PathBuf>) -> anyhow::Result<(tempfile::TempDir, PathBuf
 fn print_phase(round: u32, system: &str, p: &Phase) {
     println!(
         "round {round} {system:>5}: {:>6} jobs in {:>6.2} s = {:>8.1} jobs/s, p50 {:>7.2} ms, p99 {:>7.2} ms, \
-         server CPU {:>6.3} ms/job, sbatch CPU {:>6.3} ms/job, errors {}, load {}",
+         server CPU {:>6.3} ms/job, sbatch CPU {:>6.3} ms/job, harness CPU {:>6.3} ms/job, \
+         errors {}, load {}",
         p.ids.len(),
         p.elapsed.as_secs_f64(),
         p.jobs_per_s(),
@@ -676,6 +683,7 @@ fn print_phase(round: u32, system: &str, p: &Phase) {
         p.p99_ms,
         p.server_cpu_ms_per_job,
         p.client_cpu_ms_per_job,
+        p.harness_cpu_ms_per_job,
         p.errors,
         p.load_before
     );
@@ -693,6 +701,7 @@ fn phase_json(p: &Phase) -> serde_json::Value {
         "p99_ms": (p.p99_ms * 100.0).round() / 100.0,
         "server_cpu_ms_per_job": (p.server_cpu_ms_per_job * 1000.0).round() / 1000.0,
         "sbatch_cpu_ms_per_job": (p.client_cpu_ms_per_job * 1000.0).round() / 1000.0,
+        "harness_cpu_ms_per_job": (p.harness_cpu_ms_per_job * 1000.0).round() / 1000.0,
         "errors": p.errors,
         "load_avg_1m_before": p.load_before,
     })
