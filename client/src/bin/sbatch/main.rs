@@ -304,6 +304,19 @@ fn decode_answer(frame: &[u8]) -> Result<SubmitJobResponse, tonic::Status> {
     SubmitJobResponse::decode(message).map_err(|e| bad(&e.to_string()))
 }
 
+/// A seeded xorshift64 generator: the same numbers every run, for tests
+/// that feed the decoders random input.
+#[cfg(test)]
+fn seeded_numbers(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed.max(1);
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
