@@ -150,13 +150,16 @@ pub fn call(
             write_all(tcp, &out, deadline)?;
             out.clear();
         }
-        let Some((head, payload)) = next_frame(tcp, &mut inbound, deadline)? else {
+        let Some(head) = next_frame(tcp, &mut inbound, deadline)? else {
             return Err(conn.closed());
         };
-        if let Some(answer) = conn.on_frame(head, &payload, &mut out)? {
+        let frame_end = FRAME_HEAD_BYTES + head.length;
+        if let Some(answer) =
+            conn.on_frame(head, &inbound[FRAME_HEAD_BYTES..frame_end], &mut out)?
+        {
             return Ok(answer);
         }
-        inbound.drain(..FRAME_HEAD_BYTES + head.length);
+        inbound.drain(..frame_end);
         conn.put_body(&mut out);
     }
     Err(CallError::Protocol("the answer did not end"))
@@ -564,14 +567,14 @@ fn decode_block(
     }
 }
 
-/// The next whole frame from `tcp`, reading into `inbound` as needed; its
-/// payload is copied out. `None` when the connection ended cleanly between
-/// frames.
+/// Reads from `tcp` into `inbound` until it starts with a whole frame, and
+/// that frame's head; the frame stays in `inbound` for the caller to read
+/// and drain. `None` when the connection ended cleanly between frames.
 fn next_frame(
     tcp: &mut TcpStream,
     inbound: &mut Vec<u8>,
     deadline: Instant,
-) -> Result<Option<(FrameHead, Vec<u8>)>, CallError> {
+) -> Result<Option<FrameHead>, CallError> {
     loop {
         if inbound.len() >= FRAME_HEAD_BYTES {
             let head = FrameHead {
@@ -586,8 +589,8 @@ fn next_frame(
             if head.length > FRAME_PAYLOAD_BYTES_DEFAULT {
                 return Err(CallError::Protocol("a frame larger than this side accepts"));
             }
-            if let Some(payload) = inbound.get(FRAME_HEAD_BYTES..FRAME_HEAD_BYTES + head.length) {
-                return Ok(Some((head, payload.to_vec())));
+            if inbound.len() >= FRAME_HEAD_BYTES + head.length {
+                return Ok(Some(head));
             }
         }
         let had = inbound.len();
