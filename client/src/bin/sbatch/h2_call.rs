@@ -431,40 +431,17 @@ fn encode_request(request: &Request) -> Vec<u8> {
     // Indexed static entries 3 and 6: `:method: POST`, `:scheme: http`.
     block.extend_from_slice(&[0x80 | 3, 0x80 | 6]);
     // Literal values for the static names 4 (`:path`) and 1 (`:authority`).
-    put_integer(&mut block, 0x00, 4, 4);
-    put_string(&mut block, request.path.as_bytes());
-    put_integer(&mut block, 0x00, 4, 1);
-    put_string(&mut block, request.authority.as_bytes());
+    hpack::put_integer(&mut block, 0x00, 4, 4);
+    hpack::put_string(&mut block, request.path.as_bytes());
+    hpack::put_integer(&mut block, 0x00, 4, 1);
+    hpack::put_string(&mut block, request.authority.as_bytes());
     for (name, value) in request.fields {
         let never_indexed = SENSITIVE.contains(name);
         block.push(if never_indexed { 0x10 } else { 0x00 });
-        put_string(&mut block, name.as_bytes());
-        put_string(&mut block, value.as_bytes());
+        hpack::put_string(&mut block, name.as_bytes());
+        hpack::put_string(&mut block, value.as_bytes());
     }
     block
-}
-
-/// An HPACK integer with an `prefix_bits`-bit prefix after `pattern`'s
-/// high bits (RFC 7541 §5.1).
-fn put_integer(out: &mut Vec<u8>, pattern: u8, prefix_bits: u8, value: usize) {
-    let limit = (1usize << prefix_bits) - 1;
-    if value < limit {
-        out.push(pattern | value as u8);
-        return;
-    }
-    out.push(pattern | limit as u8);
-    let mut rest = value - limit;
-    while rest >= 0x80 {
-        out.push((rest & 0x7f) as u8 | 0x80);
-        rest >>= 7;
-    }
-    out.push(rest as u8);
-}
-
-/// An HPACK string literal, not Huffman coded (RFC 7541 §5.2).
-fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {
-    put_integer(out, 0x00, 7, bytes.len());
-    out.extend_from_slice(bytes);
 }
 
 /// HEADERS, then as many CONTINUATIONs as the block needs at the default
@@ -901,20 +878,6 @@ mod tests {
             let err = call_once((addr, server), &[], b"x", deadline_ms(10_000)).unwrap_err();
             assert!(err.to_string().contains(want), "{err}");
         }
-    }
-
-    #[test]
-    fn integers_encode_as_rfc_7541_shows() {
-        // RFC 7541 C.1.1-C.1.3.
-        let mut out = Vec::new();
-        put_integer(&mut out, 0x00, 5, 10);
-        assert_eq!(out, [0x0a]);
-        out.clear();
-        put_integer(&mut out, 0x00, 5, 1337);
-        assert_eq!(out, [0x1f, 0x9a, 0x0a]);
-        out.clear();
-        put_integer(&mut out, 0x00, 8, 42);
-        assert_eq!(out, [0x2a]);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! HPACK decoding (RFC 7541) of the header blocks of an answer.
+//! HPACK (RFC 7541): decoding the header blocks of an answer, and the two
+//! encoding primitives our own request's block is written with.
 //!
 //! Why not a general HPACK crate: the one this binary used first built its
 //! Huffman tree in a hash map for every Huffman string it decoded, which
@@ -223,6 +224,29 @@ impl Decoder {
     }
 }
 
+/// An HPACK integer with an `prefix_bits`-bit prefix after `pattern`'s
+/// high bits (RFC 7541 §5.1).
+pub fn put_integer(out: &mut Vec<u8>, pattern: u8, prefix_bits: u8, value: usize) {
+    let limit = (1usize << prefix_bits) - 1;
+    if value < limit {
+        out.push(pattern | value as u8);
+        return;
+    }
+    out.push(pattern | limit as u8);
+    let mut rest = value - limit;
+    while rest >= 0x80 {
+        out.push((rest & 0x7f) as u8 | 0x80);
+        rest >>= 7;
+    }
+    out.push(rest as u8);
+}
+
+/// An HPACK string literal, not Huffman coded (RFC 7541 §5.2).
+pub fn put_string(out: &mut Vec<u8>, bytes: &[u8]) {
+    put_integer(out, 0x00, 7, bytes.len());
+    out.extend_from_slice(bytes);
+}
+
 /// An integer with a `prefix_bits`-bit prefix (RFC 7541 §5.1), and what
 /// follows it.
 fn integer(block: &[u8], prefix_bits: u8) -> Result<(usize, &[u8]), HpackError> {
@@ -298,12 +322,23 @@ mod tests {
     /// A literal with incremental indexing and a new name, not Huffman coded.
     fn indexed_literal(name: &str, value: &str) -> Vec<u8> {
         let mut out = vec![0x40];
-        for s in [name, value] {
-            assert!(s.len() < 127);
-            out.push(s.len() as u8);
-            out.extend_from_slice(s.as_bytes());
-        }
+        put_string(&mut out, name.as_bytes());
+        put_string(&mut out, value.as_bytes());
         out
+    }
+
+    #[test]
+    fn integers_encode_as_rfc_7541_shows() {
+        // RFC 7541 C.1.1-C.1.3.
+        let mut out = Vec::new();
+        put_integer(&mut out, 0x00, 5, 10);
+        assert_eq!(out, [0x0a]);
+        out.clear();
+        put_integer(&mut out, 0x00, 5, 1337);
+        assert_eq!(out, [0x1f, 0x9a, 0x0a]);
+        out.clear();
+        put_integer(&mut out, 0x00, 8, 42);
+        assert_eq!(out, [0x2a]);
     }
 
     #[test]
