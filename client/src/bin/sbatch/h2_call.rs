@@ -275,9 +275,7 @@ impl<'a> Conn<'a> {
             PUSH_PROMISE => return Err(CallError::Protocol("a push, which was turned off")),
             _ if head.stream != STREAM => {}
             RST_STREAM => {
-                let code = payload
-                    .get(..4)
-                    .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                let code = word(payload)
                     .ok_or(CallError::Protocol("a RST_STREAM shorter than 4 bytes"))?;
                 return Err(if code == REFUSED_STREAM {
                     CallError::Refused
@@ -360,10 +358,9 @@ impl<'a> Conn<'a> {
     }
 
     fn on_window_update(&mut self, head: FrameHead, payload: &[u8]) -> Result<(), CallError> {
-        let increment = payload
-            .get(..4)
+        let increment = word(payload)
             .filter(|_| payload.len() == 4)
-            .map(|b| i64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff))
+            .map(|w| i64::from(w & 0x7fff_ffff))
             .ok_or(CallError::Protocol("a WINDOW_UPDATE not 4 bytes long"))?;
         if increment == 0 {
             return Err(CallError::Protocol("a WINDOW_UPDATE of 0"));
@@ -476,11 +473,12 @@ fn put_frame_head(out: &mut Vec<u8>, length: usize, kind: u8, flags: u8, stream:
 
 /// Two big-endian 32-bit words at the start of `payload`.
 fn two_words(payload: &[u8]) -> Option<(u32, u32)> {
-    let b = payload.get(..8)?;
-    Some((
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-        u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-    ))
+    Some((word(payload)?, word(payload.get(4..)?)?))
+}
+
+/// The big-endian 32-bit word at the start of `bytes`.
+fn word(bytes: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(bytes.get(..4)?.try_into().ok()?))
 }
 
 /// A padded frame's content (RFC 9113 §6.1).
