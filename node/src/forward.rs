@@ -13,15 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_auth::grpc::AttachCredentials;
-use berth_proto::raft::raft_transport_client::RaftTransportClient;
 use berth_proto::raft::{PayloadEncoding, RaftMessage, RaftReply};
 use berth_raft_store::{Command, Response, COMMAND_VERSION};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Semaphore};
-use tonic::transport::Channel;
 
-use crate::network::channel;
+use crate::network::PeerClient;
 use crate::node::ProposeError;
+use crate::peer_call::PeerMethod;
 use crate::wire::{self, PeerEncoding};
 
 /// Commands one `ForwardBatch` call carries at most; the leader refuses
@@ -179,7 +178,7 @@ async fn run(
     encodings: Arc<LeaderEncodings>,
 ) {
     let slots = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX));
-    let mut clients: HashMap<String, RaftTransportClient<Channel>> = HashMap::new();
+    let mut clients: HashMap<String, PeerClient> = HashMap::new();
     let mut carried: Option<Forwarded> = None;
     loop {
         let first = match carried.take() {
@@ -215,7 +214,7 @@ async fn run(
                 Err(_) => break,
             }
         }
-        let client = match client_for(&mut clients, &leader_addr) {
+        let client = match client_for(&mut clients, &leader_addr, &credentials) {
             Ok(c) => c,
             Err(e) => {
                 for f in batch {
@@ -224,12 +223,10 @@ async fn run(
                 continue;
             }
         };
-        let credentials = credentials.clone();
         let leader_encoding = encodings.of(&leader_addr);
         tokio::spawn(async move {
             let to = Leader {
                 addr: &leader_addr,
-                credentials: &credentials,
                 encoding: &leader_encoding,
             };
             send(client, to, encoding, batch).await;
@@ -239,17 +236,15 @@ async fn run(
 }
 
 fn client_for(
-    clients: &mut HashMap<String, RaftTransportClient<Channel>>,
+    clients: &mut HashMap<String, PeerClient>,
     addr: &str,
-) -> Result<RaftTransportClient<Channel>, ProposeError> {
+    credentials: &AttachCredentials,
+) -> Result<PeerClient, ProposeError> {
     if let Some(c) = clients.get(addr) {
         return Ok(c.clone());
     }
-    let ch = channel(addr)
+    let client = PeerClient::new(addr, credentials)
         .map_err(|e| ProposeError::Unavailable(format!("leader address {addr}: {e}")))?;
-    let client = RaftTransportClient::new(ch)
-        .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
     if clients.len() >= LEADER_CLIENTS_MAX {
         clients.clear();
     }
@@ -273,25 +268,26 @@ fn call_error(leader_addr: &str, status: &tonic::Status) -> ProposeError {
 #[derive(Clone, Copy)]
 struct Leader<'a> {
     addr: &'a str,
-    credentials: &'a AttachCredentials,
     encoding: &'a PeerEncoding,
 }
 
 impl Leader<'_> {
-    fn message(
+    /// One call of `method` carrying `payload`.
+    async fn call(
         &self,
-        call: &'static str,
+        client: &PeerClient,
+        method: PeerMethod,
         encoding: PayloadEncoding,
         payload: Vec<u8>,
-    ) -> tonic::Request<RaftMessage> {
-        wire::count_sent(call, encoding);
-        let mut req = tonic::Request::new(RaftMessage {
+    ) -> Result<RaftReply, tonic::Status> {
+        wire::count_sent(method.name(), encoding);
+        let message = RaftMessage {
             payload,
             encoding: encoding.into(),
-        });
-        req.set_timeout(Duration::from_millis(FORWARD_TIMEOUT_MS));
-        self.credentials.apply(req.metadata_mut());
-        req
+        };
+        client
+            .call(method, message, Duration::from_millis(FORWARD_TIMEOUT_MS))
+            .await
     }
 
     /// Decodes a reply's payload, learning from it what the leader reads.
@@ -309,19 +305,19 @@ impl Leader<'_> {
 
 /// One command in one `Forward` call.
 async fn forward_one(
-    mut client: RaftTransportClient<Channel>,
+    client: &PeerClient,
     to: Leader<'_>,
     encoding: PayloadEncoding,
     request: Vec<u8>,
 ) -> Result<Response, ProposeError> {
     metrics::counter!(FORWARD_CALLS_TOTAL, "call" => "Forward").increment(1);
     metrics::counter!(FORWARDED_COMMANDS_TOTAL).increment(1);
-    match client
-        .forward(to.message("Forward", encoding, request))
+    match to
+        .call(client, PeerMethod::Forward, encoding, request)
         .await
     {
         Ok(reply) => to
-            .decode(reply.into_inner())
+            .decode(reply)
             .map_err(|e| ProposeError::Fatal(format!("undecodable reply from leader: {e}"))),
         Err(status) => Err(to.call_error(&status)),
     }
@@ -361,7 +357,7 @@ fn batch_payload(encoding: PayloadEncoding, batch: &[Forwarded]) -> Vec<u8> {
 /// Sends `batch` (a lone command as a plain `Forward`), every command
 /// encoded as `encoding`, and answers each command.
 async fn send(
-    mut client: RaftTransportClient<Channel>,
+    client: PeerClient,
     to: Leader<'_>,
     encoding: PayloadEncoding,
     mut batch: Vec<Forwarded>,
@@ -370,7 +366,7 @@ async fn send(
     assert!(batch.iter().all(|f| f.encoding == encoding));
     if batch.len() == 1 {
         if let Some(f) = batch.pop() {
-            let result = forward_one(client, to, encoding, f.request).await;
+            let result = forward_one(&client, to, encoding, f.request).await;
             let _ = f.reply.send(result);
         }
         return;
@@ -378,12 +374,12 @@ async fn send(
     let payload = batch_payload(encoding, &batch);
     metrics::counter!(FORWARD_CALLS_TOTAL, "call" => "ForwardBatch").increment(1);
     metrics::counter!(FORWARDED_COMMANDS_TOTAL).increment(batch.len() as u64);
-    match client
-        .forward_batch(to.message("ForwardBatch", encoding, payload))
+    match to
+        .call(&client, PeerMethod::ForwardBatch, encoding, payload)
         .await
     {
         Ok(reply) => {
-            let outcomes = to.decode::<Vec<ForwardOutcome>>(reply.into_inner());
+            let outcomes = to.decode::<Vec<ForwardOutcome>>(reply);
             match outcomes {
                 Ok(outcomes) if outcomes.len() == batch.len() => {
                     for (f, outcome) in batch.into_iter().zip(outcomes) {
@@ -411,7 +407,7 @@ async fn send(
         // A leader from before `ForwardBatch`: one call per command.
         Err(status) if status.code() == tonic::Code::Unimplemented => {
             let calls = batch.into_iter().map(|f| {
-                let client = client.clone();
+                let client = &client;
                 async move {
                     let result = forward_one(client, to, encoding, f.request).await;
                     let _ = f.reply.send(result);

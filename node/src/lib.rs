@@ -37,6 +37,7 @@ pub mod leader;
 pub mod metrics;
 pub mod network;
 pub mod node;
+pub mod peer_call;
 pub mod policy_convert;
 pub mod raft_service;
 pub mod rest;

@@ -2,6 +2,7 @@
 //! a `berth.raft.v1.RaftMessage` (see `raft.proto`): JSON until the peer's
 //! replies say it reads MessagePack ([`crate::wire`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use berth_auth::grpc::AttachCredentials;
@@ -19,8 +20,10 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
 
+use crate::peer_call::{PeerCall, PeerMethod};
 use crate::whole_request::WholeRequest;
 use crate::wire::{self, PeerEncoding};
 
@@ -50,14 +53,78 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
         PeerConnection {
             target,
-            client: channel(&node.addr).ok().map(|c| {
-                RaftTransportClient::new(WholeRequest::new(c))
-                    .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
-            }),
+            client: PeerClient::new(&node.addr, &self.credentials).ok(),
             addr: node.addr.clone(),
-            credentials: self.credentials.clone(),
             encoding: PeerEncoding::default(),
+        }
+    }
+}
+
+/// How calls reach a peer's `RaftTransport`: HTTP/2 driven here in plain
+/// text (each call one write, [`crate::peer_call`]), or tonic's channel
+/// with TLS. Every call carries the credentials it was made with. Cheap
+/// to clone; clones share the connection.
+#[derive(Clone)]
+pub enum PeerClient {
+    H2(Arc<PeerCall>),
+    Tonic(Arc<TonicPeer>),
+}
+
+/// A peer reached through tonic's channel.
+pub struct TonicPeer {
+    client: RaftTransportClient<WholeRequest<Channel>>,
+    credentials: AttachCredentials,
+}
+
+impl PeerClient {
+    /// A client for the peer at `addr` ("host:port"), connecting on its
+    /// first call.
+    pub fn new(
+        addr: &str,
+        credentials: &AttachCredentials,
+    ) -> Result<PeerClient, tonic::transport::Error> {
+        if berth_auth::tls::client_tls_on() {
+            let client = RaftTransportClient::new(WholeRequest::new(channel(addr)?))
+                .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
+            return Ok(PeerClient::Tonic(Arc::new(TonicPeer {
+                client,
+                credentials: credentials.clone(),
+            })));
+        }
+        let mut metadata = MetadataMap::new();
+        credentials.apply(&mut metadata);
+        Ok(PeerClient::H2(Arc::new(PeerCall::new(
+            addr,
+            metadata,
+            Duration::from_millis(CONNECT_TIMEOUT_MS),
+            berth_proto::MAX_MESSAGE_BYTES,
+        ))))
+    }
+
+    /// One call of `method`, answered within `timeout`.
+    pub async fn call(
+        &self,
+        method: PeerMethod,
+        message: RaftMessage,
+        timeout: Duration,
+    ) -> Result<RaftReply, tonic::Status> {
+        match self {
+            PeerClient::H2(peer) => peer.call(method, &message, timeout).await,
+            PeerClient::Tonic(peer) => {
+                let mut client = peer.client.clone();
+                let mut request = tonic::Request::new(message);
+                request.set_timeout(timeout);
+                peer.credentials.apply(request.metadata_mut());
+                match method {
+                    PeerMethod::AppendEntries => client.append_entries(request).await,
+                    PeerMethod::Vote => client.vote(request).await,
+                    PeerMethod::InstallSnapshot => client.install_snapshot(request).await,
+                    PeerMethod::Forward => client.forward(request).await,
+                    PeerMethod::ForwardBatch => client.forward_batch(request).await,
+                }
+                .map(tonic::Response::into_inner)
+            }
         }
     }
 }
@@ -66,8 +133,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 pub struct PeerConnection {
     target: NodeId,
     addr: String,
-    client: Option<RaftTransportClient<WholeRequest<Channel>>>,
-    credentials: AttachCredentials,
+    /// `None` when the peer's address cannot make a channel.
+    client: Option<PeerClient>,
     /// What the peer reads: JSON until its replies say MessagePack.
     encoding: PeerEncoding,
 }
@@ -79,7 +146,7 @@ struct TransportError(String);
 impl PeerConnection {
     async fn call<Req, Resp, E>(
         &mut self,
-        method: Method,
+        method: PeerMethod,
         request: &Req,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
@@ -88,27 +155,21 @@ impl PeerConnection {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let Some(client) = self.client.as_mut() else {
+        let Some(client) = self.client.as_ref() else {
             let e = TransportError(format!("bad peer address {:?}", self.addr));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         };
         let encoding = self.encoding.current();
         let payload = wire::encode(encoding, request)
             .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e))))?;
-        let mut req = tonic::Request::new(RaftMessage {
+        let message = RaftMessage {
             payload,
             encoding: encoding.into(),
-        });
-        wire::count_sent(method.name(), encoding);
-        req.set_timeout(option.hard_ttl());
-        self.credentials.apply(req.metadata_mut());
-        let reply = match method {
-            Method::AppendEntries => client.append_entries(req).await,
-            Method::Vote => client.vote(req).await,
-            Method::InstallSnapshot => client.install_snapshot(req).await,
         };
+        wire::count_sent(method.name(), encoding);
+        let reply = client.call(method, message, option.hard_ttl()).await;
         let reply: RaftReply = match reply {
-            Ok(r) => r.into_inner(),
+            Ok(r) => r,
             Err(status) => {
                 self.encoding.failed();
                 let e = TransportError(format!(
@@ -134,30 +195,13 @@ impl PeerConnection {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Method {
-    AppendEntries,
-    Vote,
-    InstallSnapshot,
-}
-
-impl Method {
-    fn name(self) -> &'static str {
-        match self {
-            Method::AppendEntries => "AppendEntries",
-            Method::Vote => "Vote",
-            Method::InstallSnapshot => "InstallSnapshot",
-        }
-    }
-}
-
 impl RaftNetwork<TypeConfig> for PeerConnection {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Method::AppendEntries, &rpc, &option).await
+        self.call(PeerMethod::AppendEntries, &rpc, &option).await
     }
 
     async fn install_snapshot(
@@ -168,7 +212,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.call(Method::InstallSnapshot, &rpc, &option).await
+        self.call(PeerMethod::InstallSnapshot, &rpc, &option).await
     }
 
     async fn vote(
@@ -176,6 +220,6 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Method::Vote, &rpc, &option).await
+        self.call(PeerMethod::Vote, &rpc, &option).await
     }
 }

@@ -1,4 +1,5 @@
-//! Raft calls sent as one HTTP/2 write instead of three.
+//! Raft calls through tonic's channel (a cluster with TLS) in two HTTP/2
+//! writes instead of three.
 //!
 //! tonic streams a request body: hyper writes the HEADERS frame, then the
 //! DATA frame, then an empty DATA frame that ends the stream once the body
@@ -6,9 +7,10 @@
 //! LAN socket, and each may wake the peer. A Raft message is one encoded
 //! value that is whole before the call starts, so [`WholeRequest`]
 //! collects it and hands hyper a body that ends with its data: the end of
-//! the stream rides on the DATA frame, and the frames go out together.
-//! With two followers that is 4 fewer writes per log entry, and fewer
-//! wake-ups of the followers (BENCHMARKS.md, thirteenth session).
+//! the stream rides on the DATA frame. hyper still writes HEADERS on its
+//! own and DATA after it, from the body's task, once the new stream has
+//! send capacity (`strace`); in plain text [`crate::peer_call`] writes both
+//! at once.
 
 use std::future::Future;
 use std::pin::Pin;

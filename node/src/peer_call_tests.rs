@@ -1,0 +1,351 @@
+//! `PeerCall` against a real tonic `RaftTransport` server, as a node's
+//! peers run it.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use berth_auth::grpc::{AttachCredentials, RequireClusterSecret};
+use berth_proto::raft::raft_transport_server::{RaftTransport, RaftTransportServer};
+use berth_proto::raft::{RaftMessage, RaftReply};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Code, Request, Response, Status};
+
+use super::*;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+const SECRET: &str = "a-cluster-secret-of-thirty-two-bytes-or-more";
+
+/// Answers each method with its name and the payload it got, reversed;
+/// a payload that names a status is answered with that status, "stall"
+/// is never answered.
+struct Echo;
+
+fn echo(method: &str, request: &Request<RaftMessage>) -> Result<Response<RaftReply>, Status> {
+    let message = request.get_ref();
+    match message.payload.as_slice() {
+        b"failed-precondition" => return Err(Status::failed_precondition("not leader")),
+        b"unavailable" => return Err(Status::unavailable("going away")),
+        _ => {}
+    }
+    let mut payload = message.payload.clone();
+    payload.reverse();
+    Ok(Response::new(RaftReply {
+        payload,
+        error: method.as_bytes().to_vec(),
+        encoding: message.encoding,
+        reads_messagepack: true,
+    }))
+}
+
+async fn stall_if_asked(request: &Request<RaftMessage>) {
+    if request.get_ref().payload == b"stall" {
+        tokio::time::sleep(Duration::from_secs(3_600)).await;
+    }
+}
+
+#[tonic::async_trait]
+impl RaftTransport for Echo {
+    async fn append_entries(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        stall_if_asked(&request).await;
+        echo("AppendEntries", &request)
+    }
+
+    async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftReply>, Status> {
+        echo("Vote", &request)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        echo("InstallSnapshot", &request)
+    }
+
+    async fn forward(&self, request: Request<RaftMessage>) -> Result<Response<RaftReply>, Status> {
+        echo("Forward", &request)
+    }
+
+    async fn forward_batch(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftReply>, Status> {
+        echo("ForwardBatch", &request)
+    }
+}
+
+/// A tonic server on `listener` that asks for the cluster secret, as a
+/// node's does; it stops when the returned sender is dropped.
+fn serve(listener: TcpListener) -> watch::Sender<bool> {
+    let (stop, mut stopped) = watch::channel(false);
+    let service = InterceptedService::new(
+        RaftTransportServer::new(Echo)
+            .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES),
+        RequireClusterSecret::new(Some(SECRET.as_bytes().to_vec())),
+    );
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming, async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            }),
+    );
+    stop
+}
+
+async fn server() -> (SocketAddr, watch::Sender<bool>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    (addr, serve(listener))
+}
+
+fn peer(addr: SocketAddr, secret: Option<&str>, reply_bytes_max: usize) -> PeerCall {
+    let mut metadata = MetadataMap::new();
+    AttachCredentials::cluster_secret(secret.map(str::as_bytes)).apply(&mut metadata);
+    PeerCall::new(
+        &addr.to_string(),
+        metadata,
+        CONNECT_TIMEOUT,
+        reply_bytes_max,
+    )
+}
+
+fn message(payload: &[u8]) -> RaftMessage {
+    RaftMessage {
+        payload: payload.to_vec(),
+        encoding: 1,
+    }
+}
+
+#[tokio::test]
+async fn each_method_reaches_its_handler_and_the_reply_comes_back() {
+    let (addr, _stop) = server().await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    for (method, name) in [
+        (PeerMethod::AppendEntries, "AppendEntries"),
+        (PeerMethod::Vote, "Vote"),
+        (PeerMethod::InstallSnapshot, "InstallSnapshot"),
+    ] {
+        // Twice each: the second call goes over the same connection.
+        for _ in 0..2 {
+            let reply = peer
+                .call(method, &message(b"abc"), CALL_TIMEOUT)
+                .await
+                .expect("a reply");
+            assert_eq!(reply.payload, b"cba");
+            assert_eq!(reply.error, name.as_bytes());
+            assert_eq!(reply.encoding, 1);
+            assert!(reply.reads_messagepack);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_call_without_the_cluster_secret_is_refused() {
+    let (addr, _stop) = server().await;
+    for secret in [None, Some("not-the-secret-though-thirty-two-bytes-long")] {
+        let status = peer(addr, secret, berth_proto::MAX_MESSAGE_BYTES)
+            .call(PeerMethod::Vote, &message(b"x"), CALL_TIMEOUT)
+            .await
+            .expect_err("refused");
+        assert_eq!(status.code(), Code::Unauthenticated, "{status}");
+    }
+}
+
+#[tokio::test]
+async fn messages_larger_than_the_flow_control_windows_cross_both_ways() {
+    let (addr, _stop) = server().await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    // Far past HTTP/2's initial 65,535-byte windows, in both directions.
+    let payload: Vec<u8> = (0..3 * 1024 * 1024).map(|i| (i % 251) as u8).collect();
+    for _ in 0..2 {
+        let reply = peer
+            .call(
+                PeerMethod::InstallSnapshot,
+                &message(&payload),
+                CALL_TIMEOUT,
+            )
+            .await
+            .expect("a reply");
+        assert_eq!(reply.payload.len(), payload.len());
+        assert!(reply.payload.iter().rev().eq(payload.iter()));
+    }
+}
+
+#[tokio::test]
+async fn a_reply_over_the_bound_is_refused_and_the_connection_kept() {
+    let (addr, _stop) = server().await;
+    let peer = peer(addr, Some(SECRET), 1_000);
+    let status = peer
+        .call(PeerMethod::Vote, &message(&[7; 2_000]), CALL_TIMEOUT)
+        .await
+        .expect_err("too large");
+    assert_eq!(status.code(), Code::OutOfRange, "{status}");
+    let reply = peer
+        .call(PeerMethod::Vote, &message(b"small"), CALL_TIMEOUT)
+        .await
+        .expect("a reply");
+    assert_eq!(reply.payload, b"llams");
+}
+
+#[tokio::test]
+async fn the_servers_status_is_the_calls_error() {
+    let (addr, _stop) = server().await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let status = peer
+        .call(
+            PeerMethod::Vote,
+            &message(b"failed-precondition"),
+            CALL_TIMEOUT,
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::FailedPrecondition);
+    assert_eq!(status.message(), "not leader");
+    let status = peer
+        .call(PeerMethod::Vote, &message(b"unavailable"), CALL_TIMEOUT)
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(status.message(), "going away");
+}
+
+#[tokio::test]
+async fn a_peer_that_is_down_is_unavailable_and_is_reached_once_it_is_back() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    drop(listener);
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let status = peer
+        .call(PeerMethod::Vote, &message(b"x"), CALL_TIMEOUT)
+        .await
+        .expect_err("nobody listens");
+    assert_eq!(status.code(), Code::Unavailable, "{status}");
+
+    let stop = serve(TcpListener::bind(addr).await.expect("bind again"));
+    let reply = peer
+        .call(PeerMethod::Vote, &message(b"up"), CALL_TIMEOUT)
+        .await
+        .expect("a reply");
+    assert_eq!(reply.payload, b"pu");
+
+    // The server goes away with the connection open: the next call fails
+    // UNAVAILABLE (or finds no listener), and one after a restart works.
+    stop.send_replace(true);
+    drop(stop);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let outcome = peer
+            .call(PeerMethod::Vote, &message(b"x"), CALL_TIMEOUT)
+            .await;
+        match outcome {
+            Err(status) => {
+                assert_eq!(status.code(), Code::Unavailable, "{status}");
+                break;
+            }
+            // The server drains open connections before it stops.
+            Ok(_) => assert!(Instant::now() < deadline, "the server never stopped"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _stop = serve(TcpListener::bind(addr).await.expect("bind a third time"));
+    let reply = peer
+        .call(PeerMethod::Vote, &message(b"again"), CALL_TIMEOUT)
+        .await
+        .expect("a reply");
+    assert_eq!(reply.payload, b"niaga");
+}
+
+#[tokio::test]
+async fn a_call_with_no_answer_ends_at_its_timeout_and_the_next_call_works() {
+    let (addr, _stop) = server().await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let status = peer
+        .call(
+            PeerMethod::AppendEntries,
+            &message(b"stall"),
+            Duration::from_millis(200),
+        )
+        .await
+        .expect_err("no answer");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status}");
+    let reply = peer
+        .call(PeerMethod::AppendEntries, &message(b"ok"), CALL_TIMEOUT)
+        .await
+        .expect("a reply");
+    assert_eq!(reply.payload, b"ko");
+}
+
+#[test]
+fn a_short_or_compressed_reply_frame_is_an_error() {
+    let reply = RaftReply {
+        payload: b"p".to_vec(),
+        error: Vec::new(),
+        encoding: 1,
+        reads_messagepack: true,
+    };
+    let mut frame = vec![0, 0, 0, 0, 0];
+    frame[1..5].copy_from_slice(&u32::try_from(reply.encoded_len()).unwrap().to_be_bytes());
+    reply.encode_raw(&mut frame);
+    assert_eq!(decode_reply(&frame).expect("whole"), reply);
+    assert_eq!(
+        decode_reply(&frame[..3]).unwrap_err().code(),
+        Code::Internal
+    );
+    assert_eq!(
+        decode_reply(&frame[..frame.len() - 1]).unwrap_err().code(),
+        Code::Internal
+    );
+    let mut compressed = frame.clone();
+    compressed[0] = 1;
+    assert_eq!(
+        decode_reply(&compressed).unwrap_err().code(),
+        Code::Internal
+    );
+}
+
+#[test]
+fn http_statuses_map_as_grpc_says() {
+    for (http, code) in [
+        (400, Code::Internal),
+        (401, Code::Unauthenticated),
+        (403, Code::PermissionDenied),
+        (404, Code::Unimplemented),
+        (503, Code::Unavailable),
+        (500, Code::Unknown),
+    ] {
+        let status = http::StatusCode::from_u16(http).expect("a status");
+        assert_eq!(status_of_http(status).code(), code, "{http}");
+    }
+}
+
+#[tokio::test]
+async fn calls_made_at_once_share_the_connection_each_with_its_own_answer() {
+    let (addr, _stop) = server().await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let payloads: Vec<Vec<u8>> = (0..32u8).map(|n| vec![n; usize::from(n) + 1]).collect();
+    let messages: Vec<RaftMessage> = payloads.iter().map(|p| message(p)).collect();
+    let replies = futures::future::join_all(
+        messages
+            .iter()
+            .map(|m| peer.call(PeerMethod::ForwardBatch, m, CALL_TIMEOUT)),
+    )
+    .await;
+    for (payload, reply) in payloads.iter().zip(replies) {
+        let reply = reply.expect("a reply");
+        assert_eq!(&reply.payload, payload, "each call its own answer");
+        assert_eq!(reply.error, b"ForwardBatch");
+    }
+    let reply = peer
+        .call(PeerMethod::Forward, &message(b"one"), CALL_TIMEOUT)
+        .await
+        .expect("a reply");
+    assert_eq!(reply.error, b"Forward");
+}
