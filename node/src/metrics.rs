@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::routing::get;
@@ -118,8 +119,27 @@ struct Scrape {
     handle: PrometheusHandle,
 }
 
+/// How often histogram samples are folded into their summaries when no
+/// scrape did it. The exporter keeps every sample recorded since the last
+/// scrape or upkeep: a node nobody scrapes would otherwise hold one per API
+/// call, growing without bound (about 8 bytes a submit).
+const UPKEEP_INTERVAL_MS: u64 = 5_000;
+
+/// Runs the exporter's upkeep every `interval` until `shutdown` turns true.
+async fn upkeep(handle: PrometheusHandle, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => handle.run_upkeep(),
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
 /// Serves `/metrics`, the health checks and `api` (the REST routes) on
-/// `addr` until `shutdown` turns true.
+/// `addr` until `shutdown` turns true, and keeps the recorder's memory
+/// bounded meanwhile ([`UPKEEP_INTERVAL_MS`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     node: Arc<Node>,
@@ -127,6 +147,11 @@ pub async fn serve(
     api: Router,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), MetricsError> {
+    tokio::spawn(upkeep(
+        handle.clone(),
+        Duration::from_millis(UPKEEP_INTERVAL_MS),
+        shutdown.clone(),
+    ));
     let app = Router::new()
         .route("/metrics", get(render))
         .route("/healthz", get(healthz))
@@ -271,4 +296,36 @@ fn refresh(node: &Node) {
     }
     metrics::gauge!("berth_hosts").set(hosts as f64);
     metrics::gauge!("berth_next_job_id").set(next_job_id as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn upkeep_runs_until_shutdown_and_loses_no_samples() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            for n in 0..1_000u32 {
+                metrics::histogram!("berth_test_seconds").record(f64::from(n) / 1000.0);
+            }
+        });
+        let (stop, stopped) = watch::channel(false);
+        let interval = Duration::from_millis(5);
+        let task = tokio::spawn(upkeep(handle.clone(), interval, stopped));
+        // Several upkeeps run; the task goes on until told to stop.
+        tokio::time::sleep(interval * 4).await;
+        assert!(!task.is_finished());
+        stop.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(1), task)
+            .await
+            .expect("upkeep ends at shutdown")
+            .expect("upkeep did not panic");
+        let rendered = handle.render();
+        assert!(
+            rendered.contains("berth_test_seconds_count 1000"),
+            "{rendered}"
+        );
+    }
 }
