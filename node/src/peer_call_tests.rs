@@ -117,6 +117,12 @@ fn peer(addr: SocketAddr, secret: Option<&str>, reply_bytes_max: usize) -> PeerC
     )
 }
 
+/// A Vote call carrying `payload`, with the usual timeout.
+async fn vote(peer: &PeerCall, payload: &[u8]) -> Result<RaftReply, Status> {
+    peer.call(PeerMethod::Vote, &message(payload), CALL_TIMEOUT)
+        .await
+}
+
 fn message(payload: &[u8]) -> RaftMessage {
     RaftMessage {
         payload: payload.to_vec(),
@@ -183,15 +189,9 @@ async fn messages_larger_than_the_flow_control_windows_cross_both_ways() {
 async fn a_reply_over_the_bound_is_refused_and_the_connection_kept() {
     let (addr, _stop) = server().await;
     let peer = peer(addr, Some(SECRET), 1_000);
-    let status = peer
-        .call(PeerMethod::Vote, &message(&[7; 2_000]), CALL_TIMEOUT)
-        .await
-        .expect_err("too large");
+    let status = vote(&peer, &[7; 2_000]).await.expect_err("too large");
     assert_eq!(status.code(), Code::OutOfRange, "{status}");
-    let reply = peer
-        .call(PeerMethod::Vote, &message(b"small"), CALL_TIMEOUT)
-        .await
-        .expect("a reply");
+    let reply = vote(&peer, b"small").await.expect("a reply");
     assert_eq!(reply.payload, b"llams");
 }
 
@@ -199,20 +199,12 @@ async fn a_reply_over_the_bound_is_refused_and_the_connection_kept() {
 async fn the_servers_status_is_the_calls_error() {
     let (addr, _stop) = server().await;
     let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
-    let status = peer
-        .call(
-            PeerMethod::Vote,
-            &message(b"failed-precondition"),
-            CALL_TIMEOUT,
-        )
+    let status = vote(&peer, b"failed-precondition")
         .await
         .expect_err("refused");
     assert_eq!(status.code(), Code::FailedPrecondition);
     assert_eq!(status.message(), "not leader");
-    let status = peer
-        .call(PeerMethod::Vote, &message(b"unavailable"), CALL_TIMEOUT)
-        .await
-        .expect_err("refused");
+    let status = vote(&peer, b"unavailable").await.expect_err("refused");
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(status.message(), "going away");
 }
@@ -223,17 +215,11 @@ async fn a_peer_that_is_down_is_unavailable_and_is_reached_once_it_is_back() {
     let addr = listener.local_addr().expect("address");
     drop(listener);
     let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
-    let status = peer
-        .call(PeerMethod::Vote, &message(b"x"), CALL_TIMEOUT)
-        .await
-        .expect_err("nobody listens");
+    let status = vote(&peer, b"x").await.expect_err("nobody listens");
     assert_eq!(status.code(), Code::Unavailable, "{status}");
 
     let stop = serve(TcpListener::bind(addr).await.expect("bind again"));
-    let reply = peer
-        .call(PeerMethod::Vote, &message(b"up"), CALL_TIMEOUT)
-        .await
-        .expect("a reply");
+    let reply = vote(&peer, b"up").await.expect("a reply");
     assert_eq!(reply.payload, b"pu");
 
     // The server goes away with the connection open: the next call fails
@@ -242,9 +228,7 @@ async fn a_peer_that_is_down_is_unavailable_and_is_reached_once_it_is_back() {
     drop(stop);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let outcome = peer
-            .call(PeerMethod::Vote, &message(b"x"), CALL_TIMEOUT)
-            .await;
+        let outcome = vote(&peer, b"x").await;
         match outcome {
             Err(status) => {
                 assert_eq!(status.code(), Code::Unavailable, "{status}");
@@ -256,10 +240,7 @@ async fn a_peer_that_is_down_is_unavailable_and_is_reached_once_it_is_back() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let _stop = serve(TcpListener::bind(addr).await.expect("bind a third time"));
-    let reply = peer
-        .call(PeerMethod::Vote, &message(b"again"), CALL_TIMEOUT)
-        .await
-        .expect("a reply");
+    let reply = vote(&peer, b"again").await.expect("a reply");
     assert_eq!(reply.payload, b"niaga");
 }
 
