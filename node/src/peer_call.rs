@@ -148,16 +148,7 @@ impl PeerCall {
         message: &RaftMessage,
         timeout: Duration,
     ) -> Result<RaftReply, Failure> {
-        let open = self.open_connection().clone();
-        let sender = match open {
-            Some(sender) => sender,
-            None => {
-                let sender = self.connect().await?;
-                *self.open_connection() = Some(sender.clone());
-                sender
-            }
-        };
-        let mut sender = sender.ready().await.map_err(|e| self.broken(&e))?;
+        let mut sender = self.ready_connection().await?;
         let request = self.request(method, timeout)?;
         let (answer, mut stream) = sender
             .send_request(request, false)
@@ -201,6 +192,37 @@ impl PeerCall {
             return Err(Failure::answered(status));
         }
         decode_reply(&frame).map_err(Failure::answered)
+    }
+
+    /// The open connection, ready for a new stream, or a new one. A
+    /// connection found closed before this call sent anything on it (the
+    /// peer restarted or went away since the last call) is replaced at
+    /// once rather than failing the call: nothing of it reached the peer.
+    async fn ready_connection(&self) -> Result<h2::client::SendRequest<Bytes>, Failure> {
+        let open = self.open_connection().clone();
+        if let Some(sender) = open {
+            match sender.ready().await {
+                Ok(sender) => return Ok(sender),
+                Err(e) => {
+                    tracing::debug!(peer = %self.addr, error = %e, "peer connection closed; reconnecting");
+                    self.drop_connection();
+                }
+            }
+        }
+        let sender = self.connect().await?;
+        *self.open_connection() = Some(sender.clone());
+        sender.ready().await.map_err(|e| self.broken(&e))
+    }
+
+    /// Whether the open connection is known to be closed (tests wait on
+    /// it).
+    #[cfg(test)]
+    async fn open_connection_is_closed(&self) -> bool {
+        let open = self.open_connection().clone();
+        match open {
+            Some(sender) => sender.ready().await.is_err(),
+            None => false,
+        }
     }
 
     async fn connect(&self) -> Result<h2::client::SendRequest<Bytes>, Failure> {

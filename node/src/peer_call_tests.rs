@@ -330,3 +330,30 @@ async fn calls_made_at_once_share_the_connection_each_with_its_own_answer() {
         .expect("a reply");
     assert_eq!(reply.error, b"Forward");
 }
+
+#[tokio::test]
+async fn a_connection_the_peer_closed_is_replaced_without_failing_the_call() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let stop = serve(listener);
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    assert_eq!(vote(&peer, b"ab").await.expect("a reply").payload, b"ba");
+
+    // The peer restarts: its old connection closes, a new server listens.
+    stop.send_replace(true);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !peer.open_connection_is_closed().await {
+        assert!(Instant::now() < deadline, "the connection never closed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let listener = loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => break listener,
+            Err(e) => assert!(Instant::now() < deadline, "cannot bind again: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let _stop = serve(listener);
+    // The first call after it goes out on a new connection and succeeds.
+    assert_eq!(vote(&peer, b"cd").await.expect("a reply").payload, b"dc");
+}
