@@ -190,15 +190,27 @@ async fn nodes_answer_json_and_move_to_messagepack_between_themselves() {
     let forwarded = cluster.scrape_metrics(follower).expect("follower metrics");
     let packed_forwards = metric_sum(&forwarded, sent, &["call=\"Forward", "messagepack"]);
     let json_forwards = metric_sum(&forwarded, sent, &["call=\"Forward", "\"json\""]);
+    // What the follower said of itself, for a failure's message: what it
+    // sent to whom, and whether it was still a follower, in which term.
+    let follower_view: Vec<&str> = forwarded
+        .lines()
+        .filter(|l| {
+            l.starts_with(sent)
+                || l.starts_with("berth_raft_term")
+                || l.starts_with("berth_raft_is_leader")
+        })
+        .collect();
+    let follower_view = follower_view.join("\n");
     assert!(
         packed_forwards + json_forwards >= SEQUENTIAL_SUBMITS,
-        "{packed_forwards} + {json_forwards} forwards for {SEQUENTIAL_SUBMITS} submits"
+        "{packed_forwards} + {json_forwards} forwards for {SEQUENTIAL_SUBMITS} submits \
+         (leader {leader}, follower {follower}):\n{follower_view}"
     );
     // The first forward goes as JSON (the leader has not answered yet), and
     // so would one after a failed call; the rest go packed.
     assert!(
         json_forwards < packed_forwards,
-        "{json_forwards} forwards in JSON, {packed_forwards} in MessagePack"
+        "{json_forwards} forwards in JSON, {packed_forwards} in MessagePack:\n{follower_view}"
     );
     let replicated = cluster.scrape_metrics(leader).expect("leader metrics");
     let packed_appends = metric_sum(
