@@ -19,17 +19,15 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use berth_proto::grpc_frame;
 use berth_proto::raft::{RaftMessage, RaftReply};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::header::{HeaderValue, CONTENT_TYPE, TE};
 use http::{HeaderMap, Method, Request, Uri};
-use prost::Message;
 use tokio::net::TcpStream;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
-/// gRPC's message prefix: a compression flag and a 4-byte length.
-const GRPC_PREFIX_BYTES: usize = 5;
 /// Header lists, from the peer, at most (a reply's headers and trailers
 /// are a few hundred bytes).
 const HEADER_LIST_BYTES_MAX: u32 = 64 * 1024;
@@ -156,7 +154,7 @@ impl PeerCall {
         // Queued before the connection task next runs: it writes the
         // HEADERS and this DATA frame together.
         stream
-            .send_data(grpc_frame(message), true)
+            .send_data(Bytes::from(grpc_frame::encode(message)), true)
             .map_err(|e| self.broken(&e))?;
         let response = answer.await.map_err(|e| self.broken(&e))?;
         let (parts, mut body) = response.into_parts();
@@ -174,7 +172,7 @@ impl PeerCall {
             let chunk = chunk.map_err(|e| self.broken(&e))?;
             // Lets the peer send more on this stream and connection.
             let _ = body.flow_control().release_capacity(chunk.len());
-            if frame.len() + chunk.len() > GRPC_PREFIX_BYTES + self.reply_bytes_max {
+            if frame.len() + chunk.len() > grpc_frame::PREFIX_BYTES + self.reply_bytes_max {
                 return Err(Failure::answered(Status::out_of_range(format!(
                     "the reply from {} is larger than {} bytes",
                     self.addr, self.reply_bytes_max
@@ -312,33 +310,9 @@ impl Failure {
     }
 }
 
-/// `message` in gRPC's length-prefixed framing, uncompressed.
-fn grpc_frame(message: &RaftMessage) -> Bytes {
-    let length = message.encoded_len();
-    let mut frame = BytesMut::with_capacity(GRPC_PREFIX_BYTES + length);
-    frame.put_u8(0);
-    frame.put_u32(u32::try_from(length).unwrap_or(u32::MAX));
-    message.encode_raw(&mut frame);
-    frame.freeze()
-}
-
 /// The one uncompressed `RaftReply` in `frame`.
 fn decode_reply(frame: &[u8]) -> Result<RaftReply, Status> {
-    let bad = |why: String| Status::internal(format!("bad reply from the peer: {why}"));
-    let (prefix, message) = frame
-        .split_at_checked(GRPC_PREFIX_BYTES)
-        .ok_or_else(|| bad(format!("{} bytes, shorter than a gRPC frame", frame.len())))?;
-    if prefix[0] != 0 {
-        return Err(bad("compressed, and none was asked for".into()));
-    }
-    let length = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
-    if usize::try_from(length).ok() != Some(message.len()) {
-        return Err(bad(format!(
-            "the frame says {length} bytes and {} came",
-            message.len()
-        )));
-    }
-    RaftReply::decode(message).map_err(|e| bad(e.to_string()))
+    grpc_frame::decode(frame).map_err(|e| Status::internal(format!("bad reply from the peer: {e}")))
 }
 
 /// The gRPC status an HTTP status other than 200 stands for, as gRPC's

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use berth_auth::grpc::{AttachCredentials, RequireClusterSecret};
 use berth_proto::raft::raft_transport_server::{RaftTransport, RaftTransportServer};
 use berth_proto::raft::{RaftMessage, RaftReply};
+use prost::Message;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::service::interceptor::InterceptedService;

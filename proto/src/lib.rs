@@ -28,6 +28,8 @@ pub mod berth {
     }
 }
 
+pub mod grpc_frame;
+
 pub use berth::agent::v1 as agent;
 pub use berth::raft::v1 as raft;
 pub use berth::v1 as api;

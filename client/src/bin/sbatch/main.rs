@@ -25,7 +25,7 @@ use berth_client::{
     servers_from, ClientError, RetryPolicy, CA_ENV, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS,
 };
 use berth_proto::api::{SubmitJobRequest, SubmitJobResponse};
-use prost::Message;
+use berth_proto::grpc_frame;
 use std::ffi::OsString;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::process::CommandExt;
@@ -180,7 +180,7 @@ fn submit(
     token: Option<&str>,
     request: &SubmitJobRequest,
 ) -> Result<SubmitJobResponse, ClientError> {
-    let body = grpc_frame(request);
+    let body = grpc_frame::encode(request);
     let policy = RetryPolicy::default();
     let mut backoff_ms = policy.backoff_ms;
     let mut tried: Vec<String> = Vec::new();
@@ -213,16 +213,6 @@ fn submit(
         }
     }
     Err(last_unavailable.unwrap_or(ClientError::NoServer { tried }))
-}
-
-/// A message in gRPC's length-prefixed framing, uncompressed.
-fn grpc_frame(message: &impl Message) -> Vec<u8> {
-    let length = message.encoded_len();
-    let mut frame = Vec::with_capacity(5 + length);
-    frame.push(0);
-    frame.extend_from_slice(&u32::try_from(length).unwrap_or(u32::MAX).to_be_bytes());
-    message.encode_raw(&mut frame);
-    frame
 }
 
 /// A connection to the first of `server`'s addresses that accepts one
@@ -290,18 +280,8 @@ fn call(server: &str, token: Option<&str>, body: &[u8]) -> Result<SubmitJobRespo
 /// The one uncompressed gRPC message in `frame`.
 #[allow(clippy::result_large_err)] // called once per process
 fn decode_answer(frame: &[u8]) -> Result<SubmitJobResponse, tonic::Status> {
-    let bad = |why: &str| tonic::Status::internal(format!("bad answer from the server: {why}"));
-    let (prefix, message) = frame
-        .split_at_checked(5)
-        .ok_or_else(|| bad("shorter than a gRPC frame"))?;
-    if prefix[0] != 0 {
-        return Err(bad("compressed, and none was asked for"));
-    }
-    let length = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
-    if usize::try_from(length).ok() != Some(message.len()) {
-        return Err(bad("its length does not match its frame"));
-    }
-    SubmitJobResponse::decode(message).map_err(|e| bad(&e.to_string()))
+    grpc_frame::decode(frame)
+        .map_err(|e| tonic::Status::internal(format!("bad answer from the server: {e}")))
 }
 
 /// A seeded xorshift64 generator: the same numbers every run, for tests
@@ -338,7 +318,7 @@ mod tests {
             job_id: 42,
             duplicate: true,
         };
-        let frame = grpc_frame(&answer);
+        let frame = grpc_frame::encode(&answer);
         assert_eq!(decode_answer(&frame).unwrap(), answer);
         let mut compressed = frame.to_vec();
         compressed[0] = 1;
