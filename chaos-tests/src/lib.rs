@@ -2,6 +2,7 @@
 //! tests run on.
 
 pub mod bench;
+pub mod child_run;
 pub mod compose;
 pub mod drill;
 pub mod failover;

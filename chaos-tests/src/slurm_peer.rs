@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::bench::percentile;
+use crate::child_run;
 use crate::harness::{self, ClusterOptions, LocalCluster};
 
 /// Debian's paths (packages `slurm-wlm` and `munge`).
@@ -378,48 +379,56 @@ impl Submitter {
     }
 
     /// One process of a phase: the job id a submit printed, or 0 for the
-    /// floor's program.
-    async fn one_job(&self) -> Result<u64, String> {
+    /// floor's program. Blocking: the phase runs each submitter on a
+    /// thread of its own (see `child_run` for why).
+    fn one_job_blocking(&self) -> Result<u64, String> {
         match self.work {
-            Work::Submit => self.submit_held().await,
-            Work::StartOnly => self.run(&self.sbatch, &[]).await.map(|_| 0),
+            Work::Submit => self
+                .run_blocking(&self.sbatch, &SUBMIT_ARGS)
+                .and_then(|out| parse_submission(&out)),
+            Work::StartOnly => self.run_blocking(&self.sbatch, &[]).map(|_| 0),
         }
     }
 
     /// Runs `program args`, killed after [`COMMAND_TIMEOUT`]; its stdout
     /// when it exits 0.
-    async fn run(&self, program: &Path, args: &[&str]) -> Result<String, String> {
-        let mut cmd = tokio::process::Command::new(program);
+    fn run_blocking(&self, program: &Path, args: &[&str]) -> Result<String, String> {
+        let mut cmd = std::process::Command::new(program);
         cmd.args(args)
             .env_remove("BERTH_BIN_DIR")
             .env_remove("BERTH_TOKEN")
             .env_remove("BERTH_CA")
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let output = match tokio::time::timeout(COMMAND_TIMEOUT, cmd.output()).await {
-            Ok(Ok(output)) => output,
-            Ok(Err(e)) => return Err(format!("{}: {e}", program.display())),
-            Err(_) => return Err(format!("no answer within {COMMAND_TIMEOUT:?}")),
-        };
-        if output.status.success() {
-            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let done = child_run::run(cmd, COMMAND_TIMEOUT).map_err(|e| e.to_string())?;
+        if done.status.success() {
+            Ok(String::from_utf8_lossy(&done.stdout).into_owned())
         } else {
             Err(format!(
                 "{} exited {}: {}",
                 program.display(),
-                output.status,
-                String::from_utf8_lossy(&output.stderr).trim()
+                done.status,
+                String::from_utf8_lossy(&done.stderr).trim()
             ))
         }
     }
 
+    /// [`Self::run_blocking`] on the runtime's blocking pool.
+    async fn run(&self, program: &Path, args: &[&str]) -> Result<String, String> {
+        let this = self.clone();
+        let program = program.to_path_buf();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            this.run_blocking(&program, &args)
+        })
+        .await
+        .map_err(|e| format!("{}: {e}", self.system))?
+    }
+
     /// `sbatch -H --wrap true`; the job id it printed.
     pub async fn submit_held(&self) -> Result<u64, String> {
-        let out = self.run(&self.sbatch, &["-H", "--wrap", "true"]).await?;
-        parse_submitted(&out).ok_or_else(|| format!("unexpected sbatch output: {out:?}"))
+        let out = self.run(&self.sbatch, &SUBMIT_ARGS).await?;
+        parse_submission(&out)
     }
 
     /// `sbatch --help`: the cost of starting the program alone (no
@@ -462,6 +471,13 @@ impl Submitter {
             tokio::time::sleep(POLL).await;
         }
     }
+}
+
+/// The command line of every benchmark submit.
+const SUBMIT_ARGS: [&str; 3] = ["-H", "--wrap", "true"];
+
+fn parse_submission(out: &str) -> Result<u64, String> {
+    parse_submitted(out).ok_or_else(|| format!("unexpected sbatch output: {out:?}"))
 }
 
 /// The job id in sbatch's `Submitted batch job ID`.
@@ -551,18 +567,20 @@ pub async fn submit_phase(
     let started = Arc::new(AtomicU64::new(0));
     let since = Instant::now();
     let end = since + duration;
-    let mut tasks = Vec::new();
+    // One OS thread per submitter, each blocking on its process: the
+    // cheapest way to keep N processes going (`child_run`).
+    let mut threads = Vec::new();
     for _ in 0..submitters {
         let submitter = submitter.clone();
         let started = started.clone();
-        tasks.push(tokio::spawn(async move {
+        threads.push(std::thread::spawn(move || {
             let mut ids = Vec::new();
             let mut samples = Vec::new();
             let mut errors = 0u64;
             let mut first_error = None;
             while Instant::now() < end && started.fetch_add(1, Ordering::Relaxed) < max_jobs {
                 let sent = Instant::now();
-                match submitter.one_job().await {
+                match submitter.one_job_blocking() {
                     Ok(id) => {
                         ids.push(id);
                         samples.push(sent.elapsed().as_secs_f64() * 1000.0);
@@ -576,13 +594,24 @@ pub async fn submit_phase(
             (ids, samples, errors, first_error)
         }));
     }
+    let joined = tokio::task::spawn_blocking(move || {
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .map_err(|_| "a submitter thread panicked".to_string())
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_else(|e| vec![Err(format!("joining the submitters: {e}"))]);
     let mut phase = Phase {
         load_before,
         ..Phase::default()
     };
     let mut samples = Vec::new();
-    for task in tasks {
-        match task.await {
+    for joined in joined {
+        match joined {
             Ok((ids, s, errors, first_error)) => {
                 phase.ids.extend(ids);
                 samples.extend(s);
@@ -593,7 +622,7 @@ pub async fn submit_phase(
             }
             Err(e) => {
                 phase.errors += 1;
-                phase.first_error.get_or_insert(e.to_string());
+                phase.first_error.get_or_insert(e);
             }
         }
     }
