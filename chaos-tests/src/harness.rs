@@ -633,6 +633,16 @@ impl LocalCluster {
         self.nodes.iter().map(|n| n.addr.clone()).collect()
     }
 
+    /// The sum over every node that answers of the samples
+    /// [`metric_sum`] adds up in its `/metrics`.
+    pub fn metric_sum_all(&self, name: &str, labels: &[&str]) -> u64 {
+        self.nodes
+            .iter()
+            .filter_map(|n| self.scrape_metrics(n.id).ok())
+            .map(|text| metric_sum(&text, name, labels))
+            .sum()
+    }
+
     /// The text node `id` serves at `/metrics`.
     pub fn scrape_metrics(&self, id: u64) -> Result<String, HarnessError> {
         match self.http_get(id, "/metrics")? {
@@ -1192,4 +1202,16 @@ pub async fn wait_until(what: &str, deadline: Duration, mut cond: impl FnMut() -
 /// A file's text, or "" while it does not exist (a test helper).
 pub fn read_or_empty(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The sum of every sample of `name` in a `/metrics` text whose labels
+/// hold each of `labels` (`name` ends with a space or `{` to match one
+/// metric only).
+pub fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> u64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
 }

@@ -188,6 +188,12 @@ async fn the_small_sbatch_submits_itself_or_hands_over_to_berth() {
     );
     assert_eq!(said.trim_end().lines().count(), 1, "{said}");
 
+    // The small binary's submits went over the one-shot protocol: the
+    // held job, the `--parsable` one and the refused one.
+    let one_shot =
+        cluster.metric_sum_all("berth_one_shot_submits_total{", &["outcome=\"answered\""]);
+    assert_eq!(one_shot, 3, "one-shot submits answered by the nodes");
+
     // No server answers: it says which it tried.
     let out = run(
         &sbatch,
@@ -201,5 +207,73 @@ async fn the_small_sbatch_submits_itself_or_hands_over_to_berth() {
     assert_eq!(
         stderr(&out).trim_end(),
         format!("sbatch: error: no Berth server answered (tried {DEAD_SERVER})")
+    );
+}
+
+/// Writes `request` to a new connection to `addr` and reads until the
+/// node closes it.
+fn exchange(addr: &str, request: &[u8]) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(addr).expect("connect");
+    tcp.set_read_timeout(Some(RUN_DEADLINE)).expect("timeout");
+    tcp.write_all(request).expect("write");
+    let mut answer = Vec::new();
+    tcp.read_to_end(&mut answer).expect("read to the close");
+    answer
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_one_shot_request_is_answered_with_why_and_submits_nothing() {
+    use berth_proto::submit_wire;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let options = ClusterOptions {
+        agents: 0,
+        ..ClusterOptions::default()
+    };
+    let cluster = LocalCluster::start(&tmp.path().join("cluster"), &options).expect("start");
+    cluster
+        .wait_for_leader(LEADER_DEADLINE)
+        .await
+        .expect("first leader");
+    let addr = cluster.servers()[0].clone();
+
+    // A body that is not a SubmitJobRequest.
+    let request = submit_wire::encode_request(None, b"\xff\xff\xff").expect("encode");
+    let answer = exchange(&addr, &request);
+    let (code, message) = submit_wire::decode_answer(&answer).expect("an answer");
+    let message = String::from_utf8_lossy(message);
+    assert_eq!(code, tonic::Code::InvalidArgument as u8, "{message}");
+    assert!(message.contains("not a SubmitJobRequest"), "{message}");
+
+    // A head announcing more than the bound: refused before it is read.
+    let mut head = submit_wire::encode_request(None, b"").expect("encode");
+    head[10..14].copy_from_slice(&u32::MAX.to_be_bytes());
+    let answer = exchange(&addr, &head);
+    let (code, message) = submit_wire::decode_answer(&answer).expect("an answer");
+    assert_eq!(code, tonic::Code::InvalidArgument as u8);
+    assert!(String::from_utf8_lossy(message).contains("more than"));
+
+    // Another version of the protocol is named, not guessed at.
+    let mut other = submit_wire::encode_request(None, b"").expect("encode");
+    other[7] = b'9';
+    let answer = exchange(&addr, &other);
+    let (code, message) = submit_wire::decode_answer(&answer).expect("an answer");
+    assert_eq!(code, tonic::Code::InvalidArgument as u8);
+    assert!(String::from_utf8_lossy(message).contains("not the one-shot submit protocol"));
+
+    // None of them made a job, and the port still speaks gRPC.
+    let jobs = cluster
+        .client()
+        .await
+        .expect("a gRPC client")
+        .list_jobs(berth_proto::api::ListJobsRequest::default())
+        .await
+        .expect("list over gRPC")
+        .into_inner()
+        .jobs;
+    assert!(jobs.is_empty(), "{jobs:?}");
+    assert_eq!(
+        cluster.metric_sum_all("berth_one_shot_submits_total{", &["outcome=\"malformed\""]),
+        3
     );
 }

@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use berth_chaos::harness::{connect, status_of, ClusterOptions, LocalCluster};
+use berth_chaos::harness::{connect, metric_sum, status_of, ClusterOptions, LocalCluster};
 use berth_proto::api::{JobSpec, SubmitJobRequest};
 use berth_proto::raft::raft_transport_client::RaftTransportClient;
 use berth_proto::raft::{PayloadEncoding, RaftMessage};
@@ -56,16 +56,6 @@ fn submit(request_id: String) -> SubmitJobRequest {
             ..Default::default()
         }),
     }
-}
-
-/// The sum of every sample of `name` whose labels hold each of `labels`.
-fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> u64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
-        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -70,16 +70,22 @@ where
                         .map_or("OK", code_name),
                     Err(_) => "TRANSPORT_ERROR",
                 };
-                metrics::histogram!(API_REQUEST_SECONDS, "method" => method, "code" => code)
-                    .record(started.elapsed().as_secs_f64());
+                record(method, code, started);
             }
             result
         })
     }
 }
 
+/// Records one public API call that began at `started`: the one place
+/// the histogram is written, for gRPC calls and one-shot submits alike.
+pub(crate) fn record(method: String, code: &'static str, started: Instant) {
+    metrics::histogram!(API_REQUEST_SECONDS, "method" => method, "code" => code)
+        .record(started.elapsed().as_secs_f64());
+}
+
 /// gRPC's status code names.
-fn code_name(code: i32) -> &'static str {
+pub(crate) fn code_name(code: i32) -> &'static str {
     match code {
         0 => "OK",
         1 => "CANCELLED",

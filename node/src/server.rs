@@ -66,6 +66,12 @@ pub enum ServerError {
     Tls(String),
     #[error("metrics: {0}")]
     Metrics(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot serve on {addr}: {source}")]
     Serve {
         addr: std::net::SocketAddr,
@@ -124,6 +130,12 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         ),
         None => None,
     };
+    let api_listener = crate::listener::bind(config.listen)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: config.listen,
+            source,
+        })?;
 
     let store = berth_raft_store::open(&store_path(&config.data_dir))?;
     // Backups read the state machine's RocksDB (a cheap handle clone).
@@ -150,6 +162,10 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     // One service object behind both APIs: gRPC and REST (`rest`), and
     // behind the web UI (`ui`).
     let api_service = Arc::new(ApiService::new(node.clone(), backup_source));
+    // One-shot submits are plain TCP: with TLS on, every connection is
+    // gRPC's, so none can skip the handshake.
+    let one_shot = server_tls.is_none().then(|| api_service.clone());
+    let incoming = crate::listener::spawn(api_listener, one_shot, shutdown.clone());
     let rest =
         crate::rest::for_node(api_service.clone()).merge(crate::ui::for_node(api_service.clone()));
     let api = BerthApiServer::from_arc(api_service)
@@ -177,12 +193,11 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
             .map_err(|e| ServerError::Tls(e.to_string()))?;
     }
     let serve = builder
-        .tcp_nodelay(true)
         .layer(crate::api_metrics::ApiMetricsLayer)
         .add_service(api)
         .add_service(agents)
         .add_service(raft_transport)
-        .serve_with_shutdown(listen, async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             let _ = serve_shutdown.wait_for(|stop| *stop).await;
         });
     let server_task = tokio::spawn(serve);

@@ -15,9 +15,13 @@
 //! job again under a new request id. Retries stay here, under one request
 //! id, as `berth_client::Cluster` does them.
 
+#![cfg_attr(not(test), no_main)]
+
 mod arena;
 mod h2_call;
 mod hpack;
+mod one_shot;
+mod start;
 
 use berth_client::fast_submit::{self, FastSubmit, Parsed};
 use berth_client::{config_file, output};
@@ -25,7 +29,8 @@ use berth_client::{
     servers_from, ClientError, RetryPolicy, CA_ENV, CONNECT_TIMEOUT_MS, REQUEST_TIMEOUT_MS,
 };
 use berth_proto::api::{SubmitJobRequest, SubmitJobResponse};
-use berth_proto::grpc_frame;
+use berth_proto::{grpc_frame, submit_wire};
+use prost::Message;
 use std::ffi::OsString;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::process::CommandExt;
@@ -39,11 +44,38 @@ static ALLOCATOR: arena::Arena = arena::Arena;
 /// The gRPC method this binary calls.
 const SUBMIT_PATH: &str = "/berth.v1.BerthApi/SubmitJob";
 
-fn main() -> ExitCode {
-    let argv: Vec<OsString> = std::env::args_os().collect();
-    match plan(&argv) {
-        Some(submit) => run(submit, &argv),
-        None => delegate(&argv),
+/// The process's entry, called by the C runtime in place of Rust's.
+///
+/// Rust's runtime start would install a stack-overflow handler: an
+/// alternate signal stack (`mmap`, `mprotect`, `sigaltstack`, and at exit
+/// `sigaltstack` and `munmap`) and four `sigaction` calls, a tenth of the
+/// system calls of a process that makes a dozen of its own. This binary
+/// does what the start does that matters to it ([`start`]) and no more; a
+/// stack overflow still ends it (SIGSEGV), only without the message.
+///
+/// # Safety
+/// Only the C runtime calls it, with its `argc` and `argv`.
+#[cfg(not(test))]
+#[no_mangle]
+pub unsafe extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
+    // SAFETY: the C runtime passes `argc` pointers to NUL-terminated
+    // strings that live as long as the process.
+    let argv = unsafe { start::args(argc, argv) };
+    start::guard_standard_streams();
+    let code = submit_or_hand_over(&argv);
+    // Every path ends in SUCCESS or FAILURE, which are 0 and 1.
+    if code == ExitCode::SUCCESS {
+        libc::EXIT_SUCCESS
+    } else {
+        libc::EXIT_FAILURE
+    }
+}
+
+#[cfg_attr(test, allow(dead_code))]
+fn submit_or_hand_over(argv: &[OsString]) -> ExitCode {
+    match plan(argv) {
+        Some(submit) => run(submit, argv),
+        None => delegate(argv),
     }
 }
 
@@ -180,7 +212,10 @@ fn submit(
     token: Option<&str>,
     request: &SubmitJobRequest,
 ) -> Result<SubmitJobResponse, ClientError> {
-    let body = grpc_frame::encode(request);
+    let body = Body {
+        request,
+        grpc: std::cell::OnceCell::new(),
+    };
     let policy = RetryPolicy::default();
     let mut backoff_ms = policy.backoff_ms;
     let mut tried: Vec<String> = Vec::new();
@@ -228,8 +263,70 @@ fn connect(server: &str) -> Option<TcpStream> {
     Some(tcp)
 }
 
-/// One SubmitJob call to `server` on a new connection.
-fn call(server: &str, token: Option<&str>, body: &[u8]) -> Result<SubmitJobResponse, Attempt> {
+/// The request, encoded for each protocol when first needed.
+struct Body<'a> {
+    request: &'a SubmitJobRequest,
+    /// As a gRPC frame, for a server that speaks only HTTP/2.
+    grpc: std::cell::OnceCell<Vec<u8>>,
+}
+
+/// One SubmitJob call to `server`: the one-shot protocol, or HTTP/2 on a
+/// second connection when the server does not speak it (a `berthd` older
+/// than the protocol, which read no request).
+fn call(server: &str, token: Option<&str>, body: &Body<'_>) -> Result<SubmitJobResponse, Attempt> {
+    match call_one_shot(server, token, body.request) {
+        Err(OneShot::NotSpoken) => {
+            let grpc = body.grpc.get_or_init(|| grpc_frame::encode(body.request));
+            call_h2(server, token, grpc)
+        }
+        Err(OneShot::Failed(attempt)) => Err(attempt),
+        Ok(answer) => Ok(answer),
+    }
+}
+
+/// How a one-shot call failed.
+enum OneShot {
+    /// The server speaks only HTTP/2.
+    NotSpoken,
+    Failed(Attempt),
+}
+
+fn call_one_shot(
+    server: &str,
+    token: Option<&str>,
+    request: &SubmitJobRequest,
+) -> Result<SubmitJobResponse, OneShot> {
+    let wire = submit_wire::encode_request(token, &request.encode_to_vec()).map_err(|e| {
+        OneShot::Failed(Attempt::answered(tonic::Status::invalid_argument(
+            e.to_string(),
+        )))
+    })?;
+    let mut tcp = connect(server).ok_or(OneShot::Failed(Attempt::Unreachable))?;
+    let deadline = Instant::now() + Duration::from_millis(REQUEST_TIMEOUT_MS);
+    let (code, payload) = one_shot::call(&mut tcp, &wire, deadline).map_err(|e| match e {
+        one_shot::OneShotError::NotSpoken(_) => OneShot::NotSpoken,
+        // After the connection was made, a broken exchange is reported
+        // the way tonic reports it: UNAVAILABLE, which is retried.
+        e => OneShot::Failed(Attempt::answered(tonic::Status::unavailable(format!(
+            "one-shot submit: {e}"
+        )))),
+    })?;
+    let code = tonic::Code::from_i32(i32::from(code));
+    if code != tonic::Code::Ok {
+        let message = String::from_utf8_lossy(&payload).into_owned();
+        return Err(OneShot::Failed(Attempt::answered(tonic::Status::new(
+            code, message,
+        ))));
+    }
+    SubmitJobResponse::decode(payload.as_slice()).map_err(|e| {
+        OneShot::Failed(Attempt::answered(tonic::Status::internal(format!(
+            "bad answer from the server: {e}"
+        ))))
+    })
+}
+
+/// One SubmitJob call to `server` over HTTP/2 on a new connection.
+fn call_h2(server: &str, token: Option<&str>, body: &[u8]) -> Result<SubmitJobResponse, Attempt> {
     let mut tcp = connect(server).ok_or(Attempt::Unreachable)?;
     let bearer = token.map(|token| format!("Bearer {token}"));
     let mut fields = vec![("content-type", "application/grpc"), ("te", "trailers")];
@@ -310,6 +407,82 @@ mod tests {
         assert!(!plain_host_port(":7101"));
         assert!(!plain_host_port("a:port"));
         assert!(!plain_host_port("a:70000"));
+    }
+
+    /// What a `berthd` older than the one-shot protocol does: HTTP/2 as
+    /// the `h2` crate serves it (hyper's server) on every connection.
+    /// Returns how many connections it refused before it answered.
+    fn http2_only_server(job_id: u64) -> (String, std::thread::JoinHandle<u32>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let server = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                listener.set_nonblocking(true).unwrap();
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let mut refused = 0;
+                loop {
+                    let (socket, _) = listener.accept().await.unwrap();
+                    let Ok(mut conn) = h2::server::handshake(socket).await else {
+                        refused += 1;
+                        continue;
+                    };
+                    let (request, mut respond) = conn.accept().await.unwrap().unwrap();
+                    assert_eq!(request.uri().path(), SUBMIT_PATH);
+                    let head = http::Response::builder()
+                        .status(200)
+                        .header("content-type", "application/grpc")
+                        .body(())
+                        .unwrap();
+                    let mut stream = respond.send_response(head, false).unwrap();
+                    let answer = SubmitJobResponse {
+                        job_id,
+                        duplicate: false,
+                    };
+                    stream
+                        .send_data(grpc_frame::encode(&answer).into(), false)
+                        .unwrap();
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                    stream.send_trailers(trailers).unwrap();
+                    // Until the client closes.
+                    while let Some(next) = conn.accept().await {
+                        if next.is_err() {
+                            break;
+                        }
+                    }
+                    return refused;
+                }
+            })
+        });
+        (addr, server)
+    }
+
+    #[test]
+    fn a_server_without_the_one_shot_protocol_is_asked_over_http2() {
+        let (addr, server) = http2_only_server(7);
+        let request = SubmitJobRequest {
+            request_id: "r-1".into(),
+            ..Default::default()
+        };
+        let body = Body {
+            request: &request,
+            grpc: std::cell::OnceCell::new(),
+        };
+        let answer = match call(&addr, None, &body) {
+            Ok(answer) => answer,
+            Err(Attempt::Unreachable) => panic!("unreachable"),
+            Err(Attempt::Status(status)) => panic!("{status}"),
+        };
+        assert_eq!(answer.job_id, 7);
+        assert_eq!(
+            server.join().unwrap(),
+            1,
+            "the one-shot request is refused once, then HTTP/2 answers"
+        );
     }
 
     #[test]

@@ -1,0 +1,168 @@
+//! The server side of the one-shot submit protocol
+//! (`berth_proto::submit_wire`): one `SubmitJob` read from a connection of
+//! its own, answered through the gRPC API's own `submit_job` (so the
+//! token, the forwarding to the leader and the status codes are the
+//! API's), written back in one write, then the connection is closed.
+//!
+//! `listener` hands a connection here when its first byte is the
+//! protocol's. `sbatch` uses it: a process that submits one job and exits
+//! would otherwise spend most of its exchange on HTTP/2's handshake.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_proto::api::berth_api_server::BerthApi;
+use berth_proto::api::SubmitJobRequest;
+use berth_proto::submit_wire::{self, WireError};
+use prost::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::metadata::MetadataValue;
+use tonic::{Code, Status};
+
+use crate::api_service::ApiService;
+
+/// Counts one-shot connections by how they ended (`answered` with the
+/// status code's name, or why none was written).
+pub const ONE_SHOT_SUBMITS_TOTAL: &str = "berth_one_shot_submits_total";
+
+/// Longest a client may take to send its whole request once connected.
+const REQUEST_WAIT: Duration = Duration::from_secs(10);
+/// Longest the answer may take: as long as a client waits for one
+/// (`berth_client::REQUEST_TIMEOUT_MS` is shorter), so a submit stuck
+/// behind a lost leader does not hold its task for ever.
+const ANSWER_WAIT: Duration = Duration::from_secs(60);
+/// What one read asks for: a whole usual request (a few hundred bytes).
+const READ_CHUNK_BYTES: usize = 4096;
+
+/// Reads one request from `stream`, answers it and closes the connection.
+pub async fn serve(mut stream: TcpStream, api: Arc<ApiService>) {
+    let started = Instant::now();
+    let request = match tokio::time::timeout(REQUEST_WAIT, read_request(&mut stream)).await {
+        Ok(Ok(request)) => request,
+        Ok(Err(ReadError::Wire(e))) => {
+            // A request this node cannot read: say why, as gRPC would.
+            let status = Status::invalid_argument(format!("one-shot submit: {e}"));
+            answer(&mut stream, &status_answer(&status), "malformed").await;
+            return;
+        }
+        Ok(Err(ReadError::Io(e))) => {
+            tracing::debug!(error = %e, "one-shot submit: connection failed before its request");
+            metrics::counter!(ONE_SHOT_SUBMITS_TOTAL, "outcome" => "unread").increment(1);
+            return;
+        }
+        Err(_) => {
+            metrics::counter!(ONE_SHOT_SUBMITS_TOTAL, "outcome" => "unread").increment(1);
+            return;
+        }
+    };
+    let result = match tokio::time::timeout(ANSWER_WAIT, submit(&api, request)).await {
+        Ok(result) => result,
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "no answer within {}s",
+            ANSWER_WAIT.as_secs()
+        ))),
+    };
+    let code = match &result {
+        Ok(_) => Code::Ok,
+        Err(status) => status.code(),
+    };
+    crate::api_metrics::record(
+        "SubmitJob".into(),
+        crate::api_metrics::code_name(code as i32),
+        started,
+    );
+    let bytes = match result {
+        Ok(answer) => submit_wire::encode_answer(0, &answer.encode_to_vec()),
+        Err(status) => status_answer(&status),
+    };
+    answer(&mut stream, &bytes, "answered").await;
+}
+
+/// A request read whole: its token and its decoded body.
+struct OneShotRequest {
+    token: Option<String>,
+    body: SubmitJobRequest,
+}
+
+enum ReadError {
+    /// The connection failed or closed before the request was whole.
+    Io(std::io::Error),
+    /// The bytes are not a request: the client is told why.
+    Wire(String),
+}
+
+/// Reads the head, then exactly the token and body it announces. Usually
+/// one read: the client writes its request at once.
+async fn read_request(stream: &mut TcpStream) -> Result<OneShotRequest, ReadError> {
+    let mut bytes: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut needed = submit_wire::REQUEST_HEAD_BYTES;
+    let mut lengths = None;
+    // Each round reads at least one byte or returns, and `needed` is
+    // bounded by the protocol's maxima, so the loop is too.
+    while bytes.len() < needed {
+        bytes.reserve(needed - bytes.len());
+        let read = stream.read_buf(&mut bytes).await.map_err(ReadError::Io)?;
+        if read == 0 {
+            return Err(ReadError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        if lengths.is_none() && bytes.len() >= submit_wire::REQUEST_HEAD_BYTES {
+            let mut head = [0u8; submit_wire::REQUEST_HEAD_BYTES];
+            head.copy_from_slice(&bytes[..submit_wire::REQUEST_HEAD_BYTES]);
+            let (token_bytes, body_bytes) =
+                submit_wire::decode_request_head(&head).map_err(wire_error)?;
+            needed = submit_wire::REQUEST_HEAD_BYTES + token_bytes + body_bytes;
+            lengths = Some(token_bytes);
+        }
+    }
+    let token_bytes = lengths.unwrap_or(0);
+    let rest = &bytes[submit_wire::REQUEST_HEAD_BYTES..];
+    if rest.len() > needed - submit_wire::REQUEST_HEAD_BYTES {
+        return Err(wire_error(WireError::Trailing {
+            extra: bytes.len() - needed,
+        }));
+    }
+    let (token, body) = submit_wire::split_request_rest(rest, token_bytes).map_err(wire_error)?;
+    let body = SubmitJobRequest::decode(body)
+        .map_err(|e| ReadError::Wire(format!("the body is not a SubmitJobRequest: {e}")))?;
+    Ok(OneShotRequest {
+        token: token.map(str::to_string),
+        body,
+    })
+}
+
+fn wire_error(e: WireError) -> ReadError {
+    ReadError::Wire(e.to_string())
+}
+
+/// The API's own `submit_job`, with the token as gRPC would carry it.
+async fn submit(
+    api: &ApiService,
+    request: OneShotRequest,
+) -> Result<berth_proto::api::SubmitJobResponse, Status> {
+    let mut call = tonic::Request::new(request.body);
+    if let Some(token) = request.token {
+        let value = MetadataValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| Status::unauthenticated("the token is not a header value"))?;
+        call.metadata_mut().insert("authorization", value);
+    }
+    api.submit_job(call).await.map(tonic::Response::into_inner)
+}
+
+fn status_answer(status: &Status) -> Vec<u8> {
+    let code = u8::try_from(status.code() as i32).unwrap_or(Code::Unknown as u8);
+    submit_wire::encode_answer(code, status.message().as_bytes())
+}
+
+/// Writes the answer; the caller's drop of the stream closes it (the
+/// close sends the FIN: no `shutdown` needed). A client that went away is
+/// only counted.
+async fn answer(stream: &mut TcpStream, bytes: &[u8], outcome: &'static str) {
+    let written = stream.write_all(bytes).await;
+    let outcome = if written.is_ok() {
+        outcome
+    } else {
+        "unwritten"
+    };
+    metrics::counter!(ONE_SHOT_SUBMITS_TOTAL, "outcome" => outcome).increment(1);
+}
