@@ -75,19 +75,26 @@ async fn job(cluster: &LocalCluster, job_id: u64) -> Job {
         .unwrap_or_else(|e| panic!("job {job_id}: {e}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_small_sbatch_submits_itself_or_hands_over_to_berth() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+/// A 3-node cluster under `dir` with no agents, tokens required when
+/// `auth`, once it has a leader.
+async fn cluster_without_agents(dir: &Path, auth: bool) -> LocalCluster {
     let options = ClusterOptions {
         agents: 0,
-        auth: true,
+        auth,
         ..ClusterOptions::default()
     };
-    let cluster = LocalCluster::start(&tmp.path().join("cluster"), &options).expect("start");
+    let cluster = LocalCluster::start(&dir.join("cluster"), &options).expect("start");
     cluster
         .wait_for_leader(LEADER_DEADLINE)
         .await
         .expect("first leader");
+    cluster
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_small_sbatch_submits_itself_or_hands_over_to_berth() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = cluster_without_agents(tmp.path(), true).await;
     let token = cluster.token("alice", false, 3_600).expect("token");
     let config = tmp.path().join("client.toml");
     std::fs::write(&config, "").expect("empty client config");
@@ -226,15 +233,7 @@ fn exchange(addr: &str, request: &[u8]) -> Vec<u8> {
 async fn a_bad_one_shot_request_is_answered_with_why_and_submits_nothing() {
     use berth_proto::submit_wire;
     let tmp = tempfile::tempdir().expect("tempdir");
-    let options = ClusterOptions {
-        agents: 0,
-        ..ClusterOptions::default()
-    };
-    let cluster = LocalCluster::start(&tmp.path().join("cluster"), &options).expect("start");
-    cluster
-        .wait_for_leader(LEADER_DEADLINE)
-        .await
-        .expect("first leader");
+    let cluster = cluster_without_agents(tmp.path(), false).await;
     let addr = cluster.servers()[0].clone();
 
     // A body that is not a SubmitJobRequest.

@@ -646,40 +646,29 @@ mod tests {
             + Send
             + 'static,
     {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                listener.set_nonblocking(true).unwrap();
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let (socket, _) = listener.accept().await.unwrap();
-                let mut conn = h2::server::handshake(socket).await.unwrap();
-                let (request, respond) = conn.accept().await.unwrap().unwrap();
-                let (head, mut body) = request.into_parts();
-                // Drive the connection while the body is read.
-                let driver = tokio::spawn(async move {
-                    while let Some(next) = conn.accept().await {
-                        if next.is_err() {
-                            break;
-                        }
+        crate::test_server::on_thread(move |listener| async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(socket).await.unwrap();
+            let (request, respond) = conn.accept().await.unwrap().unwrap();
+            let (head, mut body) = request.into_parts();
+            // Drive the connection while the body is read.
+            let driver = tokio::spawn(async move {
+                while let Some(next) = conn.accept().await {
+                    if next.is_err() {
+                        break;
                     }
-                });
-                let mut length = 0;
-                while let Some(chunk) = body.data().await {
-                    let chunk = chunk.unwrap();
-                    length += chunk.len();
-                    body.flow_control().release_capacity(chunk.len()).unwrap();
                 }
-                answer(head, length, respond);
-                // Until the client closes.
-                let _ = driver.await;
             });
-        });
-        (addr, server)
+            let mut length = 0;
+            while let Some(chunk) = body.data().await {
+                let chunk = chunk.unwrap();
+                length += chunk.len();
+                body.flow_control().release_capacity(chunk.len()).unwrap();
+            }
+            answer(head, length, respond);
+            // Until the client closes.
+            let _ = driver.await;
+        })
     }
 
     /// A server that writes `bytes` to its one connection, then reads

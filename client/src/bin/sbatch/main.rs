@@ -22,6 +22,8 @@ mod h2_call;
 mod hpack;
 mod one_shot;
 mod start;
+#[cfg(test)]
+mod test_server;
 
 use berth_client::fast_submit::{self, FastSubmit, Parsed};
 use berth_client::{config_file, output};
@@ -413,52 +415,42 @@ mod tests {
     /// the `h2` crate serves it (hyper's server) on every connection.
     /// Returns how many connections it refused before it answered.
     fn http2_only_server(job_id: u64) -> (String, std::thread::JoinHandle<u32>) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let server = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                listener.set_nonblocking(true).unwrap();
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let mut refused = 0;
-                loop {
-                    let (socket, _) = listener.accept().await.unwrap();
-                    let Ok(mut conn) = h2::server::handshake(socket).await else {
-                        refused += 1;
-                        continue;
-                    };
-                    let (request, mut respond) = conn.accept().await.unwrap().unwrap();
-                    assert_eq!(request.uri().path(), SUBMIT_PATH);
-                    let head = http::Response::builder()
-                        .status(200)
-                        .header("content-type", "application/grpc")
-                        .body(())
-                        .unwrap();
-                    let mut stream = respond.send_response(head, false).unwrap();
-                    let answer = SubmitJobResponse {
-                        job_id,
-                        duplicate: false,
-                    };
-                    stream
-                        .send_data(grpc_frame::encode(&answer).into(), false)
-                        .unwrap();
-                    let mut trailers = http::HeaderMap::new();
-                    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                    stream.send_trailers(trailers).unwrap();
-                    // Until the client closes.
-                    while let Some(next) = conn.accept().await {
-                        if next.is_err() {
-                            break;
-                        }
+        let (addr, server) = test_server::on_thread(move |listener| async move {
+            let mut refused = 0;
+            loop {
+                let (socket, _) = listener.accept().await.unwrap();
+                let Ok(mut conn) = h2::server::handshake(socket).await else {
+                    refused += 1;
+                    continue;
+                };
+                let (request, mut respond) = conn.accept().await.unwrap().unwrap();
+                assert_eq!(request.uri().path(), SUBMIT_PATH);
+                let head = http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/grpc")
+                    .body(())
+                    .unwrap();
+                let mut stream = respond.send_response(head, false).unwrap();
+                let answer = SubmitJobResponse {
+                    job_id,
+                    duplicate: false,
+                };
+                stream
+                    .send_data(grpc_frame::encode(&answer).into(), false)
+                    .unwrap();
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                stream.send_trailers(trailers).unwrap();
+                // Until the client closes.
+                while let Some(next) = conn.accept().await {
+                    if next.is_err() {
+                        break;
                     }
-                    return refused;
                 }
-            })
+                return refused;
+            }
         });
-        (addr, server)
+        (addr.to_string(), server)
     }
 
     #[test]
