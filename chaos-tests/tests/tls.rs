@@ -92,6 +92,56 @@ async fn every_connection_uses_tls() {
         "a plaintext client was served: {result:?}"
     );
 
+    // Nor does a one-shot submit (plain TCP): a node with TLS answers
+    // every connection as TLS, so the request is a broken handshake.
+    let one_shot = {
+        use prost::Message;
+        let body = SubmitJobRequest {
+            request_id: "tls-one-shot".into(),
+            spec: Some(JobSpec {
+                user: "tester".into(),
+                command: "true".into(),
+                cpus: 1,
+                ..Default::default()
+            }),
+        }
+        .encode_to_vec();
+        berth_proto::submit_wire::encode_request(None, &body).expect("encode")
+    };
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut tcp = std::net::TcpStream::connect(&addr).expect("connect");
+        tcp.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        tcp.write_all(&one_shot).expect("write");
+        let mut answer = Vec::new();
+        // Closed by the node (or reset): what came before is the answer.
+        let _ = tcp.read_to_end(&mut answer);
+        answer
+    })
+    .await
+    .expect("the raw exchange");
+    assert!(
+        berth_proto::submit_wire::decode_answer(&answer).is_err(),
+        "a TLS node answered a one-shot submit: {answer:?}"
+    );
+    // Had it been submitted, the same request id would come back as a
+    // duplicate.
+    let again = client
+        .submit_job(SubmitJobRequest {
+            request_id: "tls-one-shot".into(),
+            spec: Some(JobSpec {
+                user: "tester".into(),
+                command: "true".into(),
+                cpus: 1,
+                ..Default::default()
+            }),
+        })
+        .await
+        .expect("submit over TLS")
+        .into_inner();
+    assert!(!again.duplicate, "the one-shot request made a job");
+
     // srun across two hosts: the job's srun reaches the other host's step
     // service over TLS (`https://` in BERTH_STEP_AGENTS, verified with
     // the CA the agent hands the job as BERTH_CA).

@@ -130,12 +130,6 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         ),
         None => None,
     };
-    let api_listener = crate::listener::bind(config.listen)
-        .await
-        .map_err(|source| ServerError::Listen {
-            addr: config.listen,
-            source,
-        })?;
 
     let store = berth_raft_store::open(&store_path(&config.data_dir))?;
     // Backups read the state machine's RocksDB (a cheap handle clone).
@@ -165,6 +159,15 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     // One-shot submits are plain TCP: with TLS on, every connection is
     // gRPC's, so none can skip the handshake.
     let one_shot = server_tls.is_none().then(|| api_service.clone());
+    // Bound only now, when it is accepted from at once: a port bound
+    // while the store opens would hold clients in its backlog instead of
+    // refusing them, so they could not move on to another node.
+    let api_listener = crate::listener::bind(listen)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: listen,
+            source,
+        })?;
     let incoming = crate::listener::spawn(api_listener, one_shot, shutdown.clone());
     let rest =
         crate::rest::for_node(api_service.clone()).merge(crate::ui::for_node(api_service.clone()));
