@@ -162,12 +162,13 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     // Bound only now, when it is accepted from at once: a port bound
     // while the store opens would hold clients in its backlog instead of
     // refusing them, so they could not move on to another node.
-    let api_listener = crate::listener::bind(listen)
-        .await
-        .map_err(|source| ServerError::Listen {
-            addr: listen,
-            source,
-        })?;
+    let api_listener =
+        crate::listener::bind(listen)
+            .await
+            .map_err(|source| ServerError::Listen {
+                addr: listen,
+                source,
+            })?;
     let incoming = crate::listener::spawn(api_listener, one_shot, shutdown.clone());
     let rest =
         crate::rest::for_node(api_service.clone()).merge(crate::ui::for_node(api_service.clone()));
