@@ -22,15 +22,18 @@ use tonic::{Code, Status};
 
 use crate::api_service::ApiService;
 
-/// Counts one-shot connections by how they ended (`answered` with the
-/// status code's name, or why none was written).
+/// Counts one-shot connections by how they ended: `answered` (the code
+/// is in the API's timing histogram), `malformed` (answered
+/// INVALID_ARGUMENT), `unread` (no whole request) or `unwritten` (the
+/// client left before its answer).
 pub const ONE_SHOT_SUBMITS_TOTAL: &str = "berth_one_shot_submits_total";
 
 /// Longest a client may take to send its whole request once connected.
 const REQUEST_WAIT: Duration = Duration::from_secs(10);
-/// Longest the answer may take: as long as a client waits for one
-/// (`berth_client::REQUEST_TIMEOUT_MS` is shorter), so a submit stuck
-/// behind a lost leader does not hold its task for ever.
+/// Longest the answer may take, so a submit stuck behind a lost leader
+/// does not hold its task for ever. Clients give up sooner
+/// (`berth_client::REQUEST_TIMEOUT_MS`, 10 s) and retry under the same
+/// request id, which the state machine answers once.
 const ANSWER_WAIT: Duration = Duration::from_secs(60);
 /// What one read asks for: a whole usual request (a few hundred bytes).
 const READ_CHUNK_BYTES: usize = 4096;
