@@ -214,10 +214,7 @@ fn submit(
     token: Option<&str>,
     request: &SubmitJobRequest,
 ) -> Result<SubmitJobResponse, ClientError> {
-    let body = Body {
-        request,
-        grpc: std::cell::OnceCell::new(),
-    };
+    let body = Body::new(request, token);
     let policy = RetryPolicy::default();
     let mut backoff_ms = policy.backoff_ms;
     let mut tried: Vec<String> = Vec::new();
@@ -265,25 +262,45 @@ fn connect(server: &str) -> Option<TcpStream> {
     Some(tcp)
 }
 
-/// The request, encoded for each protocol when first needed.
+/// The request, encoded once for each protocol it goes out in.
 struct Body<'a> {
     request: &'a SubmitJobRequest,
-    /// As a gRPC frame, for a server that speaks only HTTP/2.
+    /// In the one-shot protocol; `None` when the request is over that
+    /// protocol's bounds (`submit_wire::BODY_BYTES_MAX`), which HTTP/2
+    /// still carries up to the API's own.
+    one_shot: Option<Vec<u8>>,
+    /// As a gRPC frame, for a server that speaks only HTTP/2 (made when
+    /// first needed).
     grpc: std::cell::OnceCell<Vec<u8>>,
 }
 
-/// One SubmitJob call to `server`: the one-shot protocol, or HTTP/2 on a
-/// second connection when the server does not speak it (a `berthd` older
-/// than the protocol, which read no request).
-fn call(server: &str, token: Option<&str>, body: &Body<'_>) -> Result<SubmitJobResponse, Attempt> {
-    match call_one_shot(server, token, body.request) {
-        Err(OneShot::NotSpoken) => {
-            let grpc = body.grpc.get_or_init(|| grpc_frame::encode(body.request));
-            call_h2(server, token, grpc)
+impl<'a> Body<'a> {
+    fn new(request: &'a SubmitJobRequest, token: Option<&str>) -> Body<'a> {
+        Body {
+            request,
+            one_shot: submit_wire::encode_request(token, &request.encode_to_vec()).ok(),
+            grpc: std::cell::OnceCell::new(),
         }
-        Err(OneShot::Failed(attempt)) => Err(attempt),
-        Ok(answer) => Ok(answer),
     }
+
+    fn grpc(&self) -> &[u8] {
+        self.grpc.get_or_init(|| grpc_frame::encode(self.request))
+    }
+}
+
+/// One SubmitJob call to `server`: the one-shot protocol, or HTTP/2 on a
+/// connection of its own when the request is over the one-shot bounds or
+/// the server does not speak the protocol (a `berthd` older than it, which
+/// read no request).
+fn call(server: &str, token: Option<&str>, body: &Body<'_>) -> Result<SubmitJobResponse, Attempt> {
+    if let Some(wire) = &body.one_shot {
+        match call_one_shot(server, wire) {
+            Err(OneShot::NotSpoken) => {}
+            Err(OneShot::Failed(attempt)) => return Err(attempt),
+            Ok(answer) => return Ok(answer),
+        }
+    }
+    call_h2(server, token, body.grpc())
 }
 
 /// How a one-shot call failed.
@@ -293,19 +310,11 @@ enum OneShot {
     Failed(Attempt),
 }
 
-fn call_one_shot(
-    server: &str,
-    token: Option<&str>,
-    request: &SubmitJobRequest,
-) -> Result<SubmitJobResponse, OneShot> {
-    let wire = submit_wire::encode_request(token, &request.encode_to_vec()).map_err(|e| {
-        OneShot::Failed(Attempt::answered(tonic::Status::invalid_argument(
-            e.to_string(),
-        )))
-    })?;
+/// One call of `wire` (a request in the one-shot protocol) to `server`.
+fn call_one_shot(server: &str, wire: &[u8]) -> Result<SubmitJobResponse, OneShot> {
     let mut tcp = connect(server).ok_or(OneShot::Failed(Attempt::Unreachable))?;
     let deadline = Instant::now() + Duration::from_millis(REQUEST_TIMEOUT_MS);
-    let (code, payload) = one_shot::call(&mut tcp, &wire, deadline).map_err(|e| match e {
+    let (code, payload) = one_shot::call(&mut tcp, wire, deadline).map_err(|e| match e {
         one_shot::OneShotError::NotSpoken(_) => OneShot::NotSpoken,
         // After the connection was made, a broken exchange is reported
         // the way tonic reports it: UNAVAILABLE, which is retried.
@@ -460,10 +469,7 @@ mod tests {
             request_id: "r-1".into(),
             ..Default::default()
         };
-        let body = Body {
-            request: &request,
-            grpc: std::cell::OnceCell::new(),
-        };
+        let body = Body::new(&request, None);
         let answer = match call(&addr, None, &body) {
             Ok(answer) => answer,
             Err(Attempt::Unreachable) => panic!("unreachable"),
@@ -475,6 +481,32 @@ mod tests {
             1,
             "the one-shot request is refused once, then HTTP/2 answers"
         );
+    }
+
+    #[test]
+    fn a_request_over_the_one_shot_bounds_goes_over_http2_only() {
+        let small = SubmitJobRequest {
+            request_id: "r-1".into(),
+            ..Default::default()
+        };
+        let body = Body::new(&small, Some("token"));
+        let wire = body
+            .one_shot
+            .as_deref()
+            .expect("a small request goes one-shot");
+        assert_eq!(wire[..8], submit_wire::REQUEST_MAGIC);
+        // A job larger than the one-shot protocol takes; the gRPC
+        // API takes up to `berth_proto::MAX_MESSAGE_BYTES`.
+        let large = SubmitJobRequest {
+            request_id: "r-2".into(),
+            spec: Some(berth_proto::api::JobSpec {
+                command: "x".repeat(submit_wire::BODY_BYTES_MAX + 1),
+                ..Default::default()
+            }),
+        };
+        let body = Body::new(&large, None);
+        assert!(body.one_shot.is_none());
+        assert_eq!(body.grpc(), grpc_frame::encode(&large).as_slice());
     }
 
     #[test]
