@@ -10,6 +10,19 @@ use berth_proto::api::{GetJobRequest, JobSpec, JobState, SubmitJobRequest};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
+/// A one-CPU job of `true` submitted under `request_id`.
+fn true_job(request_id: &str) -> SubmitJobRequest {
+    SubmitJobRequest {
+        request_id: request_id.into(),
+        spec: Some(JobSpec {
+            user: "tester".into(),
+            command: "true".into(),
+            cpus: 1,
+            ..Default::default()
+        }),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn every_connection_uses_tls() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -25,15 +38,7 @@ async fn every_connection_uses_tls() {
         .expect("leader over TLS");
     let mut client = cluster.client().await.expect("TLS client");
     let job = client
-        .submit_job(SubmitJobRequest {
-            request_id: "tls-1".into(),
-            spec: Some(JobSpec {
-                user: "tester".into(),
-                command: "true".into(),
-                cpus: 1,
-                ..Default::default()
-            }),
-        })
+        .submit_job(true_job("tls-1"))
         .await
         .expect("submit over TLS")
         .into_inner()
@@ -96,16 +101,7 @@ async fn every_connection_uses_tls() {
     // every connection as TLS, so the request is a broken handshake.
     let one_shot = {
         use prost::Message;
-        let body = SubmitJobRequest {
-            request_id: "tls-one-shot".into(),
-            spec: Some(JobSpec {
-                user: "tester".into(),
-                command: "true".into(),
-                cpus: 1,
-                ..Default::default()
-            }),
-        }
-        .encode_to_vec();
+        let body = true_job("tls-one-shot").encode_to_vec();
         berth_proto::submit_wire::encode_request(None, &body).expect("encode")
     };
     let answer = tokio::task::spawn_blocking(move || {
@@ -128,15 +124,7 @@ async fn every_connection_uses_tls() {
     // Had it been submitted, the same request id would come back as a
     // duplicate.
     let again = client
-        .submit_job(SubmitJobRequest {
-            request_id: "tls-one-shot".into(),
-            spec: Some(JobSpec {
-                user: "tester".into(),
-                command: "true".into(),
-                cpus: 1,
-                ..Default::default()
-            }),
-        })
+        .submit_job(true_job("tls-one-shot"))
         .await
         .expect("submit over TLS")
         .into_inner();
