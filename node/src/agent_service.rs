@@ -73,7 +73,7 @@ impl AgentService for AgentServiceImpl {
         &self,
         request: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
-        self.require_leader()?;
+        let term = self.require_leader()?;
         let req = request.into_inner();
         valid_host(&req.host)?;
         if req.drain_reason.len() > berth_raft_store::HOST_DRAIN_REASON_BYTES_MAX {
@@ -102,7 +102,9 @@ impl AgentService for AgentServiceImpl {
             SmResponse::Rejected { reason } => return Err(Status::invalid_argument(reason)),
             other => return Err(Status::internal(format!("unexpected answer {other:?}"))),
         }
-        self.node.liveness.heard_from(&req.host, Instant::now());
+        self.node
+            .liveness
+            .heard_from(&req.host, term, Instant::now());
         if req.drain_reason.is_empty() {
             tracing::info!(host = %req.host, running = req.running.len(), "agent registered");
         } else {
@@ -127,7 +129,9 @@ impl AgentService for AgentServiceImpl {
         let req = request.into_inner();
         let known = self.node.read(|s| s.data.hosts.contains_key(&req.host));
         if known {
-            self.node.liveness.heard_from(&req.host, Instant::now());
+            self.node
+                .liveness
+                .heard_from(&req.host, term, Instant::now());
         }
         Ok(Response::new(HeartbeatResponse { known, term }))
     }

@@ -3,7 +3,8 @@
 //! Both are leader soft state (invariant 5): nothing here is replicated, and
 //! a new leader rebuilds it. Host deadlines are re-armed with a grace of one
 //! heartbeat timeout from the moment of election, so a failover never
-//! declares every host dead.
+//! declares every host dead; but a host takes new work only once this
+//! leader has heard from its agent.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -22,10 +23,24 @@ pub struct HostLiveness {
 }
 
 struct LivenessInner {
-    /// Start of this node's current leadership; hosts not heard from since
-    /// count as alive until `timeout` after it.
-    leader_since: Option<Instant>,
-    last_seen: HashMap<String, Instant>,
+    /// The term this node leads and when it took it up; hosts not heard
+    /// from since count as alive (not silent) until `timeout` after it.
+    leading: Option<(u64, Instant)>,
+    /// Per host, the term it was heard in and when. Only the leading term's
+    /// entries count: an agent heard by this node in an earlier term may
+    /// have followed another leader since.
+    last_seen: HashMap<String, (u64, Instant)>,
+}
+
+impl LivenessInner {
+    /// When `host` was last heard from in the leading term.
+    fn heard_in_term(&self, host: &str) -> Option<Instant> {
+        let (term, _) = self.leading?;
+        match self.last_seen.get(host) {
+            Some(&(heard_term, at)) if heard_term == term => Some(at),
+            _ => None,
+        }
+    }
 }
 
 impl HostLiveness {
@@ -33,7 +48,7 @@ impl HostLiveness {
         HostLiveness {
             timeout,
             inner: Mutex::new(LivenessInner {
-                leader_since: None,
+                leading: None,
                 last_seen: HashMap::new(),
             }),
         }
@@ -43,16 +58,22 @@ impl HostLiveness {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn heard_from(&self, host: &str, now: Instant) {
-        self.lock().last_seen.insert(host.to_string(), now);
+    /// `host`'s agent reached this node while it led in `term`. Called by
+    /// the agent service, which may run before the scheduling loop has
+    /// noticed the election: the term, not the order, says which
+    /// leadership the heartbeat belongs to.
+    pub fn heard_from(&self, host: &str, term: u64, now: Instant) {
+        self.lock().last_seen.insert(host.to_string(), (term, now));
     }
 
-    /// Called when this node becomes leader: forget what an earlier term
-    /// saw and start the grace period.
-    pub fn rearm(&self, now: Instant) {
+    /// Called when this node becomes leader in `term`: start the grace
+    /// period and forget what earlier terms heard.
+    pub fn rearm(&self, term: u64, now: Instant) {
         let mut inner = self.lock();
-        inner.leader_since = Some(now);
-        inner.last_seen.clear();
+        inner.leading = Some((term, now));
+        inner
+            .last_seen
+            .retain(|_, (heard_term, _)| *heard_term == term);
     }
 
     /// Hosts heard from within the timeout and the others, and the oldest
@@ -61,8 +82,9 @@ impl HostLiveness {
         let inner = self.lock();
         let mut up = 0;
         let mut oldest = Duration::ZERO;
+        let since = inner.leading.map(|(_, since)| since);
         for host in hosts {
-            let reference = inner.last_seen.get(host).copied().or(inner.leader_since);
+            let reference = inner.heard_in_term(host).or(since);
             if let Some(t) = reference {
                 let age = now.saturating_duration_since(t);
                 if age <= self.timeout {
@@ -75,16 +97,33 @@ impl HostLiveness {
     }
 
     pub fn step_down(&self) {
-        self.lock().leader_since = None;
+        self.lock().leading = None;
     }
 
+    /// Whether `host` takes new work: Up once this leader has heard from
+    /// its agent within the timeout. The grace a new leader grants does not
+    /// count here: an agent whose old leader was cut off needs up to a
+    /// heartbeat period plus its RPC timeout to notice and find this one, and
+    /// a job placed on its host meanwhile would wait for it, then end
+    /// NODE_FAIL if it came too late, without ever having run.
     pub fn state(&self, host: &str, now: Instant) -> HostState {
-        let inner = self.lock();
-        let reference = inner.last_seen.get(host).copied().or(inner.leader_since);
-        match reference {
+        match self.lock().heard_in_term(host) {
             Some(t) if now.saturating_duration_since(t) <= self.timeout => HostState::Up,
             _ => HostState::Down,
         }
+    }
+
+    /// Whether `host` has been silent past the timeout, so the jobs running
+    /// there end NODE_FAIL. A host not heard from in this term is silent
+    /// only once the grace since the election has passed too; a node that
+    /// does not lead judges no host.
+    pub fn silent(&self, host: &str, now: Instant) -> bool {
+        let inner = self.lock();
+        let Some((_, since)) = inner.leading else {
+            return false;
+        };
+        let reference = inner.heard_in_term(host).unwrap_or(since);
+        now.saturating_duration_since(reference) > self.timeout
     }
 }
 
@@ -129,7 +168,7 @@ pub async fn scheduling_loop(node: Arc<Node>, mut shutdown: watch::Receiver<bool
         };
         let first_of_term = is_leader && led_term != Some(term);
         if first_of_term {
-            node.liveness.rearm(Instant::now());
+            node.liveness.rearm(term, Instant::now());
             tracing::info!(
                 node = node.id,
                 term,
@@ -216,7 +255,7 @@ async fn fail_silent_hosts(node: &Node) {
     let silent: Vec<String> = node
         .read(|s| s.hosts_with_allocations())
         .into_iter()
-        .filter(|h| node.liveness.state(h, now) == HostState::Down)
+        .filter(|h| node.liveness.silent(h, now))
         .collect();
     if silent.is_empty() {
         return;
@@ -502,26 +541,30 @@ mod tests {
     fn new_leader_grants_grace_then_times_out() {
         let live = HostLiveness::new(Duration::from_secs(10));
         let t0 = Instant::now();
-        assert_eq!(
-            live.state("h1", t0),
-            HostState::Down,
-            "not leader: no grace"
-        );
-        live.rearm(t0);
-        assert_eq!(live.state("h1", t0 + Duration::from_secs(5)), HostState::Up);
-        assert_eq!(
-            live.state("h1", t0 + Duration::from_secs(11)),
-            HostState::Down
-        );
-        live.heard_from("h1", t0 + Duration::from_secs(11));
-        assert_eq!(
-            live.state("h1", t0 + Duration::from_secs(12)),
-            HostState::Up
-        );
-        assert_eq!(
-            live.state("h2", t0 + Duration::from_secs(12)),
-            HostState::Down
-        );
+        let at = |s| t0 + Duration::from_secs(s);
+        assert!(!live.silent("h1", t0), "not leader: judges no host");
+        assert_eq!(live.state("h1", t0), HostState::Down, "never heard from");
+        live.rearm(3, t0);
+        // The grace: not silent, but no new work before its agent is heard.
+        assert!(!live.silent("h1", at(5)));
+        assert_eq!(live.state("h1", at(5)), HostState::Down);
+        live.heard_from("h1", 3, at(6));
+        assert_eq!(live.state("h1", at(6)), HostState::Up);
+        assert!(!live.silent("h1", at(11)), "heard 5 s ago");
+        // h2 was never heard from: silent once the grace is over.
+        assert!(live.silent("h2", at(11)));
+        assert!(live.silent("h1", at(17)));
+        assert_eq!(live.state("h1", at(17)), HostState::Down);
+        // A heartbeat of the next term, answered before the scheduling loop
+        // re-armed for it, counts in that term; the old term's does not.
+        live.heard_from("h2", 5, at(19));
+        live.rearm(5, at(20));
+        assert_eq!(live.state("h2", at(20)), HostState::Up);
+        assert_eq!(live.state("h1", at(20)), HostState::Down);
+        assert!(!live.silent("h1", at(29)));
+        assert!(live.silent("h1", at(31)));
+        live.step_down();
+        assert!(!live.silent("h1", at(40)));
     }
 
     #[test]
