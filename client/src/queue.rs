@@ -13,8 +13,9 @@ use berth_proto::api::{Job, JobState};
 pub const SQUEUE_HEADER: &str =
     "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)";
 
-/// Shown when a job names no partition: the server's default partition.
-pub const DEFAULT_PARTITION: &str = "batch";
+/// Shown when a job names no partition: the partition every host is in
+/// when none is configured.
+pub const DEFAULT_PARTITION: &str = berth_scheduler::partition::IMPLICIT_PARTITION;
 
 /// The whole table: header, then one line per job, each ending in '\n'.
 /// `now_ms` is the wall clock (ms since the epoch) for running jobs' TIME.

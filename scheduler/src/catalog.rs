@@ -6,7 +6,7 @@
 use crate::assoc::{Account, UserRecord, ROOT_ACCOUNT};
 use crate::fxhash::FxMap;
 use crate::model::Host;
-use crate::partition::Partition;
+use crate::partition::{Partition, IMPLICIT_PARTITION};
 use crate::pass::{PendingJob, Snapshot};
 use crate::qos::{Qos, NORMAL_QOS};
 
@@ -101,6 +101,16 @@ impl<'a> Catalog<'a> {
 
     pub fn partition(&self, name: &str) -> Option<&'a Partition> {
         self.partitions.get(name).copied()
+    }
+
+    /// Whether a job may name partition `name`: a configured one, or the
+    /// implicit one when none is configured.
+    pub fn partition_exists(&self, name: &str) -> bool {
+        if self.partitioned {
+            self.partition(name).is_some()
+        } else {
+            name == IMPLICIT_PARTITION
+        }
     }
 
     /// The account a job of `user` runs under when it names `asked` ("" =

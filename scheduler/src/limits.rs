@@ -1708,6 +1708,22 @@ pub fn check_submit(
     check_submit_jobs(job, catalog, counts, 1)
 }
 
+/// Every partition the job or one of its alternatives names exists (with
+/// none configured, only the implicit one does).
+pub fn check_partition_names(job: &PendingJob, catalog: &Catalog) -> Result<(), SubmitRefusal> {
+    match job
+        .partitions
+        .iter()
+        .chain(job.path_partitions.iter().filter(|p| !p.is_empty()))
+        .find(|p| !catalog.partition_exists(p))
+    {
+        Some(p) => Err(SubmitRefusal::UnknownPartition {
+            partition: p.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// [`check_submit`] for a submit that makes `new_jobs` jobs of `job`'s
 /// kind at once: a job array's tasks, each of which counts against
 /// `GrpSubmitJobs` and `MaxSubmitJobsPerUser` as Slurm counts them. The
@@ -1767,17 +1783,7 @@ pub fn check_submit_jobs(
             });
         }
     }
-    // The job's partitions and those its alternatives name.
-    if let Some(p) = job
-        .partitions
-        .iter()
-        .chain(job.path_partitions.iter().filter(|p| !p.is_empty()))
-        .find(|p| catalog.partition(p).is_none())
-    {
-        return Err(SubmitRefusal::UnknownPartition {
-            partition: p.clone(),
-        });
-    }
+    check_partition_names(job, catalog)?;
     if qos.flags.requires_reservation && job.reservation.is_empty() {
         return Err(SubmitRefusal::ReservationRequired {
             qos: qos.name.clone(),

@@ -5,6 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::qos::PreemptMode;
 
+/// The partition every host is in when none is configured (Slurm's usual
+/// default name): a job may name it, and `sinfo` and `squeue` show it.
+pub const IMPLICIT_PARTITION: &str = "batch";
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Partition {

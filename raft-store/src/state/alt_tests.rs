@@ -3,7 +3,7 @@
 
 use berth_scheduler::{Inventory, JobSpec, JobState, ResourceSet, Resources};
 
-use super::test_support::{apply, placement, plan, rejected, started, submit};
+use super::test_support::{accepted, apply, placement, plan, rejected, started, submit};
 use super::*;
 use crate::command::Command;
 
@@ -306,4 +306,26 @@ fn an_alternative_runs_in_its_own_partition_and_apply_holds_it_there() {
         reason,
         "invalid partition: partition nowhere does not exist"
     );
+}
+
+#[test]
+fn with_no_policy_only_the_implicit_partition_may_be_named() {
+    let mut s = SmState::default();
+    // sinfo shows every host in `batch`: naming it is fine.
+    let mut named = spec_with(Vec::new());
+    named.partitions = vec!["batch".into()];
+    accepted(submit(&mut s, "r1", named.clone()));
+    // Any other name is a typo, refused as with partitions configured.
+    named.partitions = vec!["batch".into(), "gpu".into()];
+    assert_eq!(
+        rejected(submit(&mut s, "r2", named)),
+        "invalid partition: partition gpu does not exist"
+    );
+    let mut ghost = set(1, 0);
+    ghost.partition = "nowhere".into();
+    assert_eq!(
+        rejected(submit(&mut s, "r3", spec_with(vec![set(1, 0), ghost]))),
+        "invalid partition: partition nowhere does not exist"
+    );
+    assert_eq!(s.data.counters.next_job_id, 2, "only the first was made");
 }

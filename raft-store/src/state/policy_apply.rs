@@ -181,6 +181,14 @@ impl SmState {
     ) -> Result<JobSpec, String> {
         let policy = &self.data.policy;
         if policy.is_empty() {
+            // No partitions either: only the implicit one may be named.
+            let named = !spec.partitions.is_empty()
+                || spec.alternatives.iter().any(|a| !a.partition.is_empty());
+            if named {
+                let none = Snapshot::default();
+                limits::check_partition_names(&pending_of(spec), &Catalog::new(&none))
+                    .map_err(|e| e.to_string())?;
+            }
             return Ok(spec.clone());
         }
         // A new submit reads the counts (and policy) kept between submits;

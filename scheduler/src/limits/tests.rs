@@ -1015,6 +1015,23 @@ fn submit_refuses_bad_names() {
 }
 
 #[test]
+fn with_no_partitions_configured_only_the_implicit_one_exists() {
+    let mut snap = world();
+    snap.partitions.clear();
+    for h in &mut snap.hosts {
+        h.partitions.clear();
+    }
+    let mut j = pending("alice", "physics", "");
+    j.partitions = vec![crate::partition::IMPLICIT_PARTITION.into()];
+    assert_eq!(submit(&snap, &j), Ok(()));
+    j.partitions = vec!["gpu".into()];
+    assert_eq!(
+        refusal(&snap, &j),
+        "invalid partition: partition gpu does not exist"
+    );
+}
+
+#[test]
 fn submit_refuses_missing_reservation() {
     let mut snap = world();
     snap.qos
