@@ -103,6 +103,11 @@ impl<'a> Catalog<'a> {
         self.partitions.get(name).copied()
     }
 
+    /// The partition of a job that names none, if one is marked default.
+    pub fn default_partition(&self) -> Option<&'a Partition> {
+        self.default_partition
+    }
+
     /// Whether a job may name partition `name`: a configured one, or the
     /// implicit one when none is configured.
     pub fn partition_exists(&self, name: &str) -> bool {

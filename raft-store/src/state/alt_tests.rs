@@ -329,3 +329,21 @@ fn with_no_policy_only_the_implicit_partition_may_be_named() {
     );
     assert_eq!(s.data.counters.next_job_id, 2, "only the first was made");
 }
+
+#[test]
+fn a_job_naming_no_partition_is_stored_in_the_default_one() {
+    let mut s = SmState::default();
+    two_partitions(&mut s);
+    let plain = accepted(submit(&mut s, "r1", spec_with(Vec::new())));
+    let named = accepted(submit(
+        &mut s,
+        "r2",
+        JobSpec {
+            partitions: vec!["emu".into()],
+            ..spec_with(Vec::new())
+        },
+    ));
+    let partitions = |s: &SmState, id| s.job(id).map(|r| r.job.spec.partitions.clone());
+    assert_eq!(partitions(&s, plain), Some(vec!["cpu".to_string()]));
+    assert_eq!(partitions(&s, named), Some(vec!["emu".to_string()]));
+}

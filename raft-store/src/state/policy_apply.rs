@@ -226,6 +226,14 @@ impl SmState {
             resolved.account = a.name.clone();
         }
         resolved.qos = catalog.qos_name_of(&spec.qos, account).to_string();
+        // A job that names no partition is in the default one from now on,
+        // as in Slurm: squeue, sacct and `scancel -p` show and match it
+        // there, and a later change of the default does not move it.
+        if resolved.partitions.is_empty() {
+            if let Some(default) = catalog.default_partition() {
+                resolved.partitions = vec![default.name.clone()];
+            }
+        }
         if resolved.time_limit_s == 0 {
             if let Some(limit_s) = catalog
                 .partitions_of(&job)
