@@ -103,7 +103,8 @@ impl<'a> Catalog<'a> {
         self.partitions.get(name).copied()
     }
 
-    /// The partition of a job that names none, if one is marked default.
+    /// The partition of a job that names none: the one marked default,
+    /// else the first configured; `None` when none is configured.
     pub fn default_partition(&self) -> Option<&'a Partition> {
         self.default_partition
     }
