@@ -449,18 +449,28 @@ impl SmState {
     /// The scheduler's view: hosts with what is allocated, pending jobs in
     /// queue order. `host_state` says, from leader soft state, whether each
     /// host's agent is alive.
+    /// Held jobs are in it, as they are in the queue (`explain` shows what
+    /// one would need once released).
     pub fn scheduler_snapshot(&self, host_state: impl Fn(&str) -> HostState) -> Snapshot {
-        self.pass_input(host_state).into_snapshot()
+        self.input(host_state, true).into_snapshot()
     }
 
-    /// What [`Self::scheduler_snapshot`] returns, taken at the cost of a
-    /// reference count per pending job: the pending jobs are taken from
-    /// their kept views by [`PassInput::into_snapshot`], which the leader
-    /// calls after letting go of the state's read lock (apply waits for
-    /// it). That shares each view, and copies only the few jobs whose
-    /// dependencies hold them or that have room freed for them (copying
-    /// every one took 40 ms for 100,000).
+    /// What the leader's pass reads: [`Self::scheduler_snapshot`] without
+    /// the held jobs, taken at the cost of a reference count per pending
+    /// job. Held jobs wait for a release, which changes their record; no
+    /// pass could start one, and their reason comes from the record
+    /// (`JobHeldUser`, `JobHeldAdmin`), so a pile of them costs passes
+    /// nothing. The pending jobs are taken from their kept views by
+    /// [`PassInput::into_snapshot`], which the leader calls after letting
+    /// go of the state's read lock (apply waits for it). That shares each
+    /// view, and copies only the few jobs whose dependencies hold them or
+    /// that have room freed for them (copying every one took 40 ms for
+    /// 100,000).
     pub fn pass_input(&self, host_state: impl Fn(&str) -> HostState) -> PassInput {
+        self.input(host_state, false)
+    }
+
+    fn input(&self, host_state: impl Fn(&str) -> HostState, with_held: bool) -> PassInput {
         let mut views = self.pending_views.lock().unwrap_or_else(|p| p.into_inner());
         views.sync(&self.pending, &self.data.jobs);
         debug_assert!(
@@ -472,7 +482,7 @@ impl SmState {
             }),
             "a pending job's record changed without being marked dirty"
         );
-        let shared = views.shared();
+        let shared = views.shared(with_held);
         drop(views);
         let (snapshot, extras) = self.snapshot_parts(host_state, shared.iter().map(|v| &**v));
         PassInput {

@@ -594,18 +594,36 @@ fn schedule_with<'a>(
     let mut limit_held: Vec<usize> = Vec::new();
     // Lending comes after every job of the queue had its turn; a pass
     // cut short by a bound lends nothing (deep queues: lending goes first).
-    let mut walked_all = order.len() <= policy.max_jobs_per_pass;
+    let mut walked_all = true;
+    // Jobs examined against `max_jobs_per_pass`.
+    let mut examined = 0usize;
     let fairshare_of = |account: &str| fairshare.get(account).copied();
 
-    for &idx in order.iter().take(policy.max_jobs_per_pass) {
+    for &idx in &order {
         let job = &snapshot.pending[idx];
-        let early = if job.held {
+        // What holds a job by its own record is judged without counting
+        // against the bound, as Slurm leaves held, dependent and
+        // not-yet-eligible jobs out of the queue its depth counts: a deep
+        // pile of held jobs ahead must not hide the runnable ones behind.
+        let unqueued = if job.held {
             Some(Reason::JobHeldUser)
         } else if let Some(r) = job.dependency {
             Some(r)
         } else if job.begin_ms > now_ms {
             Some(Reason::BeginTime)
-        } else if job.array.is_some_and(|a| {
+        } else {
+            None
+        };
+        if let Some(reason) = unqueued {
+            given.reason(job.id, reason);
+            continue;
+        }
+        if examined == policy.max_jobs_per_pass {
+            walked_all = false;
+            break;
+        }
+        examined += 1;
+        let early = if job.array.is_some_and(|a| {
             a.max_running > 0
                 && array_running.get(&a.array_id).copied().unwrap_or(0) >= a.max_running
         }) {
@@ -1309,7 +1327,7 @@ mod tests {
         held.held = true;
         let snap = Snapshot {
             hosts: vec![host("a", 8)],
-            pending: PendingJob::queue([held, job(2, 1), job(3, 1)]),
+            pending: PendingJob::queue([held, job(2, 1), job(3, 1), job(4, 1)]),
             ..Snapshot::default()
         };
         let policy = Policy {
@@ -1318,8 +1336,38 @@ mod tests {
         };
         let plan = schedule(&snap, &policy, 0);
         assert_eq!(plan.reasons.get(&1), Some(&Reason::JobHeldUser));
-        assert_eq!(plan.starts.len(), 1);
-        assert_eq!(plan.starts[0].job_id, 2);
+        // The held job does not use up the bound: two jobs are examined
+        // and start; the fourth waits for the next pass.
+        let started: Vec<JobId> = plan.starts.iter().map(|s| s.job_id).collect();
+        assert_eq!(started, [2, 3]);
+        assert_eq!(plan.reasons.get(&4), None);
+    }
+
+    #[test]
+    fn jobs_held_by_their_own_record_do_not_use_up_the_bound() {
+        // Ahead of the runnable job: a held one, one waiting on a
+        // dependency and one whose begin time has not come.
+        let mut held = job(1, 1);
+        held.held = true;
+        let mut dependent = job(2, 1);
+        dependent.dependency = Some(Reason::Dependency);
+        let mut later = job(3, 1);
+        later.begin_ms = 60_000;
+        let snap = Snapshot {
+            hosts: vec![host("a", 8)],
+            pending: PendingJob::queue([held, dependent, later, job(4, 1)]),
+            ..Snapshot::default()
+        };
+        let policy = Policy {
+            max_jobs_per_pass: 1,
+            ..Policy::default()
+        };
+        let plan = schedule(&snap, &policy, 0);
+        let started: Vec<JobId> = plan.starts.iter().map(|s| s.job_id).collect();
+        assert_eq!(started, [4]);
+        assert_eq!(plan.reasons.get(&1), Some(&Reason::JobHeldUser));
+        assert_eq!(plan.reasons.get(&2), Some(&Reason::Dependency));
+        assert_eq!(plan.reasons.get(&3), Some(&Reason::BeginTime));
     }
 
     #[test]

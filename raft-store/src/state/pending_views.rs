@@ -125,9 +125,14 @@ impl PendingViews {
         self.views.values().map(|v| &**v)
     }
 
-    /// The views in job id order, shared.
-    pub(super) fn shared(&self) -> Vec<Arc<PendingView>> {
-        self.views.values().cloned().collect()
+    /// The views in job id order, shared; those of held jobs only when
+    /// `with_held`.
+    pub(super) fn shared(&self, with_held: bool) -> Vec<Arc<PendingView>> {
+        self.views
+            .values()
+            .filter(|v| with_held || !v.job.held)
+            .cloned()
+            .collect()
     }
 }
 
@@ -210,7 +215,7 @@ mod tests {
         let views = s
             .pending_views
             .lock()
-            .map(|v| v.shared())
+            .map(|v| v.shared(true))
             .unwrap_or_default();
         assert!(Arc::ptr_eq(&views[0].job, &first[0]));
         assert_eq!(views[1].job.dependency, None, "the kept view is unchanged");

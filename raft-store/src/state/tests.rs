@@ -594,6 +594,28 @@ fn exit_current(s: &mut SmState, job_id: JobId) -> Response {
 }
 
 #[test]
+fn the_pass_reads_no_held_job_and_a_released_one_comes_back() {
+    use crate::JobAction;
+    let mut s = SmState::default();
+    register(&mut s, "h1", 4);
+    submit(&mut s, "a", 1);
+    submit(&mut s, "b", 1);
+    assert_eq!(control(&mut s, 1, JobAction::Hold), Response::JobControlled);
+    let up = |_: &str| berth_scheduler::HostState::Up;
+    let ids = |pending: &[std::sync::Arc<berth_scheduler::PendingJob>]| {
+        pending.iter().map(|p| p.id).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&s.pass_input(up).into_snapshot().pending), [2]);
+    // `explain` still sees the held job, to say what it would need.
+    assert_eq!(ids(&s.scheduler_snapshot(up).pending), [1, 2]);
+    assert_eq!(
+        control(&mut s, 1, JobAction::Release { admin: false }),
+        Response::JobControlled
+    );
+    assert_eq!(ids(&s.pass_input(up).into_snapshot().pending), [1, 2]);
+}
+
+#[test]
 fn hold_release_and_requeue_keep_the_job_id() {
     use crate::JobAction;
     let mut s = SmState::default();
