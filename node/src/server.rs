@@ -132,6 +132,7 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     };
 
     let store = berth_raft_store::open(&store_path(&config.data_dir))?;
+    store.log.set_local_node(config.node_id);
     // Backups read the state machine's RocksDB (a cheap handle clone).
     let backup_source = store.state_machine.clone();
     let raft_cfg = Arc::new(raft_config(&config)?);

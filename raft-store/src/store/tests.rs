@@ -25,6 +25,54 @@ fn openraft_storage_suite() -> Result<(), StorageError<NodeId>> {
     Ok(())
 }
 
+/// A store told it is a node that leads none of the suite's entries, so
+/// every append is a follower's, synced in place.
+struct FollowerBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, TempDir> for FollowerBuilder {
+    async fn build(&self) -> Result<(TempDir, LogStore, StateMachineStore), StorageError<NodeId>> {
+        let (dir, log, sm) = Builder.build().await?;
+        log.set_local_node(NodeId::MAX);
+        Ok((dir, log, sm))
+    }
+}
+
+#[test]
+fn openraft_storage_suite_as_a_follower() -> Result<(), StorageError<NodeId>> {
+    Suite::test_all(FollowerBuilder)?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_followers_appends_are_synced_in_place_and_a_leaders_by_the_thread() {
+    use openraft::storage::RaftLogStorageExt;
+    use openraft::{CommittedLeaderId, EntryPayload};
+    let entry = |index: u64, leader: NodeId| Entry::<TypeConfig> {
+        log_id: LogId::new(CommittedLeaderId::new(1, leader), index),
+        payload: EntryPayload::Blank,
+    };
+    let dir = TempDir::new().expect("tempdir");
+    let mut log = open(dir.path()).expect("open").log;
+    // Not yet told which node it is: every append goes to the thread.
+    log.blocking_append([entry(1, 2)]).await.expect("append");
+    assert_eq!(log.syncer.handed(), 1);
+    log.set_local_node(1);
+    // Node 2's entry, appended by follower 1: synced in place.
+    log.blocking_append([entry(2, 2)]).await.expect("append");
+    assert_eq!(log.syncer.handed(), 1);
+    // Its own entries, as leader: the thread.
+    log.blocking_append([entry(3, 1), entry(4, 1)])
+        .await
+        .expect("append");
+    assert_eq!(log.syncer.handed(), 2);
+    let mut reader = log.get_log_reader().await;
+    let read = reader.try_get_log_entries(1..5).await.expect("read");
+    assert_eq!(
+        read.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
+        [1, 2, 3, 4]
+    );
+}
+
 #[test]
 fn foreign_directory_is_refused() {
     let dir = TempDir::new().expect("tempdir");
