@@ -108,6 +108,15 @@ async fn wait_for_job(
     panic!("job {job_id} did not reach {what} within {JOB_DEADLINE:?}; last seen: {last}");
 }
 
+/// A day from now, in ms since the epoch: a begin time that keeps a job
+/// pending for the whole test.
+fn day_from_now_ms() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    u64::try_from(now.as_millis()).expect("ms fit u64") + 86_400_000
+}
+
 async fn all_job_ids(cluster: &LocalCluster) -> Vec<u64> {
     let states = [
         JobState::Pending,
@@ -452,7 +461,9 @@ async fn qos_limits_hold_jobs_until_raised() {
 /// last pass: through every node (followers hand the call to the leader),
 /// in GetPriorities and in the job's own `priority`. The account's admin
 /// priority is added as it is (sprio's SITE), so with the default weights
-/// (age only, one unit per hour) a fresh job's total is exactly that.
+/// (age only, one unit per hour) a fresh job's total is exactly that. The
+/// job stays pending by a begin time a day ahead: a held one would not be
+/// in the pass at all (its priority is 0, as in Slurm).
 #[tokio::test(flavor = "multi_thread")]
 async fn pending_job_priority_reaches_the_api() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -467,9 +478,9 @@ async fn pending_job_priority_reaches_the_api() {
         })
         .await
         .expect("upsert account");
-    let job_id = client
+    let held = client
         .submit_job(SubmitJobRequest {
-            request_id: "prio-1".into(),
+            request_id: "prio-held".into(),
             spec: Some(JobSpec {
                 user: "tester".into(),
                 account: "lab".into(),
@@ -480,10 +491,50 @@ async fn pending_job_priority_reaches_the_api() {
             }),
         })
         .await
+        .expect("submit held")
+        .into_inner()
+        .job_id;
+    let job_id = client
+        .submit_job(SubmitJobRequest {
+            request_id: "prio-1".into(),
+            spec: Some(JobSpec {
+                user: "tester".into(),
+                account: "lab".into(),
+                command: "true".into(),
+                cpus: 1,
+                begin_ms: day_from_now_ms(),
+                ..Default::default()
+            }),
+        })
+        .await
         .expect("submit")
         .into_inner()
         .job_id;
     wait_for_job(&cluster, job_id, "priority 40", |job| job.priority == 40).await;
+    // The pass that priced it left the held job out: no priority, no sprio
+    // line, as Slurm gives a held job priority 0.
+    let held_job = client
+        .get_job(GetJobRequest {
+            job_id: held,
+            stale: false,
+        })
+        .await
+        .expect("get held job")
+        .into_inner();
+    assert_eq!(
+        (held_job.reason.as_str(), held_job.priority),
+        ("JobHeldUser", 0)
+    );
+    let held_factors = client
+        .get_priorities(GetPrioritiesRequest {
+            job_ids: vec![held],
+            user: String::new(),
+        })
+        .await
+        .expect("get priorities of the held job")
+        .into_inner()
+        .jobs;
+    assert!(held_factors.is_empty(), "{held_factors:?}");
 
     for addr in cluster.live_servers() {
         let start = Instant::now();

@@ -708,10 +708,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // it sends the entries to the followers), so where the fsync runs
         // decides only what else the node's runtime can do meanwhile. A
         // leader's WAL thread syncs, leaving the runtime to the requests
-        // that make the next entry. A follower's runtime has nothing else
-        // to do, so it syncs in place: two thread hand-offs fewer per
-        // entry (to the WAL thread and back), a fifth of a follower's CPU
-        // per entry in a submit storm (BENCHMARKS.md).
+        // that make the next entry. A follower's runtime has little else
+        // to do (clients' writes it forwards wait up to one fsync when it
+        // has a single runtime thread), so it syncs in place: two thread
+        // hand-offs fewer per entry (to the WAL thread and back), a fifth
+        // of a follower's CPU per entry in a submit storm (BENCHMARKS.md).
         let mut entries = entries.into_iter().peekable();
         let following = entries.peek().is_some_and(|e| self.made_elsewhere(e));
         let options = if following {

@@ -9,8 +9,8 @@
 //! the leader shows the AppendEntries leave after the fsync returns). What
 //! the thread buys is the runtime's freedom during the fsync: with one
 //! runtime thread per node, the leader goes on accepting, reading and
-//! answering the requests that will make the next entry. A follower has no
-//! such work and syncs in place (`LogStore::append`).
+//! answering the requests that will make the next entry. A follower has
+//! little such work and syncs in place (`LogStore::append`).
 //!
 //! One thread per store, callbacks in the order the appends were made. A
 //! callback is queued only after its batch was written, and the fsync that
