@@ -513,14 +513,7 @@ async fn pending_job_priority_reaches_the_api() {
     wait_for_job(&cluster, job_id, "priority 40", |job| job.priority == 40).await;
     // The pass that priced it left the held job out: no priority, no sprio
     // line, as Slurm gives a held job priority 0.
-    let held_job = client
-        .get_job(GetJobRequest {
-            job_id: held,
-            stale: false,
-        })
-        .await
-        .expect("get held job")
-        .into_inner();
+    let held_job = cluster.get_job(held).await.expect("get held job");
     assert_eq!(
         (held_job.reason.as_str(), held_job.priority),
         ("JobHeldUser", 0)
