@@ -36,27 +36,36 @@ const DEFER_ACCEPT_S: libc::c_int = 5;
 
 /// Binds `addr`; a node that cannot have its port fails at start.
 ///
-/// The listener takes a connection only once the client has sent
-/// something (`TCP_DEFER_ACCEPT`): every client of this port speaks
-/// first, so the accept wakes the node once, with the first byte there to
-/// route on, rather than once for the handshake and again for the data.
+/// Options set on the listener, which every accepted connection inherits
+/// (one system call here rather than one per connection):
+/// - `TCP_DEFER_ACCEPT`: the listener takes a connection only once the
+///   client has sent something. Every client of this port speaks first,
+///   so the accept wakes the node once, with the first byte there to
+///   route on, rather than once for the handshake and again for the data.
+/// - `TCP_NODELAY`: small requests and answers go out at once, not after
+///   an ACK.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let listener = TcpListener::bind(addr).await?;
-    defer_accept(&listener)?;
+    set_tcp_option(&listener, libc::TCP_DEFER_ACCEPT, DEFER_ACCEPT_S)?;
+    set_tcp_option(&listener, libc::TCP_NODELAY, 1)?;
     Ok(listener)
 }
 
-fn defer_accept(listener: &TcpListener) -> std::io::Result<()> {
+/// Sets the `IPPROTO_TCP` option `name` to `value` on `listener`.
+fn set_tcp_option(
+    listener: &TcpListener,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
-    let seconds: libc::c_int = DEFER_ACCEPT_S;
     // SAFETY: setsockopt(2) on a socket this listener owns, reading one
     // c_int that lives across the call.
     let done = unsafe {
         libc::setsockopt(
             listener.as_raw_fd(),
             libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&seconds as *const libc::c_int).cast(),
+            name,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -90,8 +99,6 @@ pub fn spawn(
                     continue;
                 }
             };
-            // Small requests and answers: send them now, not after an ACK.
-            let _ = stream.set_nodelay(true);
             match &one_shot {
                 None => {
                     if tx.send(Ok(stream)).await.is_err() {
@@ -133,5 +140,24 @@ async fn first_byte(stream: &TcpStream) -> Option<u8> {
     match stream.peek(&mut byte).await {
         Ok(1) => Some(byte[0]),
         Ok(_) | Err(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[tokio::test]
+    async fn an_accepted_connection_inherits_no_delay() {
+        let listener = bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut client = std::net::TcpStream::connect(addr).expect("connect");
+        // The listener defers the accept until the client has spoken.
+        client.write_all(b"P").expect("first byte");
+        let (stream, _) = listener.accept().await.expect("accept");
+        assert!(stream.nodelay().expect("TCP_NODELAY"));
     }
 }
