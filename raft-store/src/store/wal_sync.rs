@@ -40,7 +40,9 @@ pub(crate) struct WalSyncer {
     db: Arc<DB>,
     queue: Option<SyncSender<LogFlushed<TypeConfig>>>,
     thread: Option<JoinHandle<()>>,
-    /// Callbacks handed to [`WalSyncer::after_sync`] so far.
+    /// Callbacks handed to [`WalSyncer::after_sync`] so far: tests tell by
+    /// it which appends were synced in place.
+    #[cfg(test)]
     handed: std::sync::atomic::AtomicU64,
 }
 
@@ -55,6 +57,7 @@ impl WalSyncer {
             db,
             queue: Some(queue),
             thread: Some(thread),
+            #[cfg(test)]
             handed: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -63,6 +66,7 @@ impl WalSyncer {
     /// this call, is on disk: on the thread, or here if the thread is
     /// gone. Waits while the queue is full, as a synced write would have.
     pub(crate) fn after_sync(&self, callback: LogFlushed<TypeConfig>) {
+        #[cfg(test)]
         self.handed
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let unqueued = match &self.queue {
@@ -73,11 +77,8 @@ impl WalSyncer {
             sync_and_complete(&self.db, [callback]);
         }
     }
-}
 
-impl WalSyncer {
-    /// How many callbacks were handed to this syncer: tests tell by it
-    /// which appends were synced in place.
+    /// How many callbacks were handed to this syncer.
     #[cfg(test)]
     pub(crate) fn handed(&self) -> u64 {
         self.handed.load(std::sync::atomic::Ordering::Relaxed)
