@@ -47,13 +47,7 @@ pub async fn serve(mut stream: TcpStream, api: Arc<ApiService>) {
         Ok(Err(ReadError::Wire(e))) => {
             // A request this node cannot read: say why, as gRPC would.
             let status = Status::invalid_argument(format!("one-shot submit: {e}"));
-            answer(
-                &mut stream,
-                &status_answer(&status),
-                Delivery::Now,
-                "malformed",
-            )
-            .await;
+            answer(&stream, &status_answer(&status), Delivery::Now, "malformed").await;
             return;
         }
         Ok(Err(ReadError::Io(e))) => {
@@ -86,7 +80,7 @@ pub async fn serve(mut stream: TcpStream, api: Arc<ApiService>) {
         Ok(answer) => submit_wire::encode_answer(0, &answer.encode_to_vec()),
         Err(status) => status_answer(&status),
     };
-    answer(&mut stream, &bytes, Delivery::WithTheClose, "answered").await;
+    answer(&stream, &bytes, Delivery::WithTheClose, "answered").await;
 }
 
 /// A request read whole: its token and its decoded body.
@@ -181,7 +175,7 @@ enum Delivery {
 
 /// Writes the answer; the caller's drop of the stream closes it. A client
 /// that went away is only counted.
-async fn answer(stream: &mut TcpStream, bytes: &[u8], delivery: Delivery, outcome: &'static str) {
+async fn answer(stream: &TcpStream, bytes: &[u8], delivery: Delivery, outcome: &'static str) {
     let written = send_all(stream, bytes, delivery).await;
     let outcome = if written.is_ok() {
         outcome
