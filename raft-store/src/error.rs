@@ -42,9 +42,11 @@ pub enum StoreError {
     },
     #[error("the store at {path} is corrupt: {detail}")]
     Corrupt { path: PathBuf, detail: String },
-    #[error("cannot start the WAL sync thread for the store at {path}: {source}")]
-    SyncThread {
+    #[error("cannot start the {thread} thread for the store at {path}: {source}")]
+    StoreThread {
         path: PathBuf,
+        /// Which thread: "WAL sync" or "WAL preallocation".
+        thread: &'static str,
         #[source]
         source: std::io::Error,
     },

@@ -17,6 +17,9 @@
 //! (`store/wal_sync`). A `kill -9` or a power loss
 //! therefore never loses what was acknowledged, and a batch is either
 //! wholly there or not at all.
+//! The live WAL file is kept longer than its writes (`store/wal_prealloc`),
+//! which changes what those fsyncs write (the data, not the file's size),
+//! not what they guarantee.
 //!
 //! An apply batch is written to the same WAL without its own fsync (as
 //! etcd's backend commits without one): it is derived data. Every column
@@ -160,9 +163,18 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
     let applied_index = data.last_applied.map(|l| l.index).unwrap_or(0);
     let state: SharedState = Arc::new(RwLock::new(SmState::from_data(data)));
     let (applied_tx, applied) = watch::channel(applied_index);
+    let preallocator =
+        wal_prealloc::WalPreallocator::start(path.to_path_buf()).map_err(|source| {
+            StoreError::StoreThread {
+                path: path.to_path_buf(),
+                thread: "WAL preallocation",
+                source,
+            }
+        })?;
     let syncer =
-        wal_sync::WalSyncer::start(db.clone()).map_err(|source| StoreError::SyncThread {
+        wal_sync::WalSyncer::start(db.clone()).map_err(|source| StoreError::StoreThread {
             path: path.to_path_buf(),
+            thread: "WAL sync",
             source,
         })?;
     Ok(StoreHandles {
@@ -170,6 +182,7 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
             db: db.clone(),
             recent: Arc::default(),
             syncer: Arc::new(syncer),
+            _preallocator: Arc::new(preallocator),
             local_node: Arc::default(),
         },
         state_machine: StateMachineStore {
@@ -511,6 +524,10 @@ pub struct LogStore {
     /// Makes [`RaftLogStorage::append`]'s batches durable and tells
     /// openraft: see [`wal_sync`].
     syncer: Arc<wal_sync::WalSyncer>,
+    /// Keeps the live WAL file longer than its writes, so that those
+    /// syncs leave its size alone: see [`wal_prealloc`]. Held for its
+    /// thread's lifetime only.
+    _preallocator: Arc<wal_prealloc::WalPreallocator>,
     /// This node's id once the node has said it ([`LogStore::set_local_node`]):
     /// how `append` tells entries it leads from entries it follows.
     local_node: Arc<std::sync::OnceLock<NodeId>>,
@@ -1248,6 +1265,7 @@ pub fn store_path(data_dir: &Path) -> PathBuf {
 
 pub(crate) mod format4;
 mod recent;
+mod wal_prealloc;
 mod wal_sync;
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 use openraft::testing::{StoreBuilder, Suite};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use openraft::StorageError;
 use tempfile::TempDir;
@@ -1030,4 +1031,78 @@ fn request_ids_use_a_vector_memtable_and_survive_a_reopen() {
     let state = reopened.state.read().expect("lock");
     assert_eq!(state.data.request_ids.len(), 50);
     same_state(&SmState::from_data(expected), &state);
+}
+
+/// The store's newest WAL file and its length.
+fn live_wal_len(dir: &Path) -> Option<(PathBuf, u64)> {
+    std::fs::read_dir(dir)
+        .expect("list")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
+        .map(|p| {
+            let len = std::fs::metadata(&p).expect("stat").len();
+            (p, len)
+        })
+}
+
+/// What a crash leaves, copied while the store is open: its files as the
+/// kernel holds them, RocksDB not having closed (and trimmed) anything.
+fn copy_open_store(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("list").flatten() {
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+    }
+}
+
+#[test]
+fn a_crash_with_the_live_wal_extended_past_its_writes_loses_nothing() {
+    const JOBS: u64 = 300;
+    const EXTENDED_DEADLINE_MS: u64 = 10_000;
+    let dir = TempDir::new().expect("tempdir");
+    let store = dir.path().join("store");
+    let handles = populated(&store, JOBS);
+    // The thread looks at once and then every 200 ms.
+    let deadline = std::time::Instant::now() + Duration::from_millis(EXTENDED_DEADLINE_MS);
+    let (wal, len) = loop {
+        let (wal, len) = live_wal_len(&store).expect("a WAL");
+        if len >= wal_prealloc::ROOM.extend_bytes {
+            break (wal, len);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the live WAL {} is {len} bytes after {EXTENDED_DEADLINE_MS} ms",
+            wal.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let crashed = dir.path().join("crashed");
+    copy_open_store(&store, &crashed);
+    let (_, copied_len) = live_wal_len(&crashed).expect("a WAL");
+    assert_eq!(
+        copied_len,
+        len,
+        "the copy has the zero tail of {}",
+        wal.display()
+    );
+    let log_len = |handles: &StoreHandles| {
+        let mut log = handles.log.clone();
+        runtime()
+            .block_on(log.try_get_log_entries(0..u64::MAX))
+            .expect("read log")
+            .len()
+    };
+    let entries = log_len(&handles);
+    drop(handles);
+
+    for reopen in 0..2 {
+        let handles = open(&crashed).expect("the crashed store opens");
+        assert_eq!(log_len(&handles), entries, "reopen {reopen}");
+        let state = handles.state.read().expect("lock");
+        assert_eq!(state.jobs().count() as u64, JOBS, "reopen {reopen}");
+    }
+    let report = crate::check::check(&crashed).expect("check");
+    assert!(report.is_ok(), "{:?}", report.problems);
+    assert_eq!(report.jobs, JOBS);
 }
