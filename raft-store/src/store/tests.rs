@@ -1035,16 +1035,10 @@ fn request_ids_use_a_vector_memtable_and_survive_a_reopen() {
 
 /// The store's newest WAL file and its length.
 fn live_wal_len(dir: &Path) -> Option<(PathBuf, u64)> {
-    std::fs::read_dir(dir)
-        .expect("list")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .max()
-        .map(|p| {
-            let len = std::fs::metadata(&p).expect("stat").len();
-            (p, len)
-        })
+    wal_prealloc::newest_wal(dir).expect("list").map(|p| {
+        let len = std::fs::metadata(&p).expect("stat").len();
+        (p, len)
+    })
 }
 
 /// What a crash leaves, copied while the store is open: its files as the

@@ -72,7 +72,7 @@ pub(crate) enum Extension {
 
 /// The newest WAL file in `dir`: RocksDB names them `NNNNNN.log` with
 /// increasing numbers, and writes only to the newest.
-fn newest_wal(dir: &Path) -> std::io::Result<Option<PathBuf>> {
+pub(crate) fn newest_wal(dir: &Path) -> std::io::Result<Option<PathBuf>> {
     let mut newest: Option<(u64, PathBuf)> = None;
     for entry in std::fs::read_dir(dir)?.take(DIR_ENTRIES_MAX) {
         let entry = entry?;
