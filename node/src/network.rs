@@ -1,6 +1,8 @@
 //! openraft's `RaftNetwork` over gRPC: each Raft message travels encoded in
 //! a `berth.raft.v1.RaftMessage` (see `raft.proto`): JSON until the peer's
-//! replies say it reads MessagePack ([`crate::wire`]).
+//! replies say it reads MessagePack ([`crate::wire`]). In plain text a
+//! connection's AppendEntries after its first share one stream
+//! ([`AppendStream`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,7 +25,7 @@ use serde::Serialize;
 use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
 
-use crate::peer_call::{PeerCall, PeerMethod};
+use crate::peer_call::{CallStream, PeerCall, PeerMethod};
 use crate::whole_request::WholeRequest;
 use crate::wire::{self, PeerEncoding};
 
@@ -56,6 +58,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             client: PeerClient::new(&node.addr, &self.credentials).ok(),
             addr: node.addr.clone(),
             encoding: PeerEncoding::default(),
+            append_calls: 0,
+            append_stream: AppendStream::Closed,
         }
     }
 }
@@ -137,7 +141,27 @@ pub struct PeerConnection {
     client: Option<PeerClient>,
     /// What the peer reads: JSON until its replies say MessagePack.
     encoding: PeerEncoding,
+    /// AppendEntries calls made through this connection so far.
+    append_calls: u64,
+    /// Where AppendEntries after the first go (plain text only).
+    append_stream: AppendStream,
 }
+
+/// A connection's `AppendEntriesStream`. openraft replicates to a follower
+/// through one `PeerConnection`, one request at a time, for as long as the
+/// leadership lasts; a connection made for a single call (the heartbeats
+/// that confirm a read index) makes one call, and a stream would cost it a
+/// round trip more than it saves. So the stream is opened on the second
+/// AppendEntries, and again after one failed.
+enum AppendStream {
+    Closed,
+    Open(CallStream),
+    /// The peer answered UNIMPLEMENTED (an older version): unary calls.
+    Unsupported,
+}
+
+/// AppendEntries calls a connection makes unary before it opens a stream.
+const APPEND_CALLS_BEFORE_STREAM: u64 = 1;
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -155,7 +179,7 @@ impl PeerConnection {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let Some(client) = self.client.as_ref() else {
+        let Some(client) = self.client.clone() else {
             let e = TransportError(format!("bad peer address {:?}", self.addr));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         };
@@ -167,7 +191,13 @@ impl PeerConnection {
             encoding: encoding.into(),
         };
         wire::count_sent(method.name(), encoding);
-        let reply = client.call(method, message, option.hard_ttl()).await;
+        let reply = match (&client, method) {
+            (PeerClient::H2(peer), PeerMethod::AppendEntries) => {
+                self.append_entries_call(peer, message, option.hard_ttl())
+                    .await
+            }
+            _ => client.call(method, message, option.hard_ttl()).await,
+        };
         let reply: RaftReply = match reply {
             Ok(r) => r,
             Err(status) => {
@@ -192,6 +222,70 @@ impl PeerConnection {
             return Err(RPCError::RemoteError(RemoteError::new(self.target, err)));
         }
         wire::decode(reply_encoding, &reply.payload).map_err(undecodable)
+    }
+}
+
+impl PeerConnection {
+    /// One AppendEntries, on this connection's stream when it has one or
+    /// should open one, else as a unary call; all within `timeout`.
+    async fn append_entries_call(
+        &mut self,
+        peer: &PeerCall,
+        message: RaftMessage,
+        timeout: Duration,
+    ) -> Result<RaftReply, tonic::Status> {
+        self.append_calls += 1;
+        if self.append_calls <= APPEND_CALLS_BEFORE_STREAM
+            || matches!(self.append_stream, AppendStream::Unsupported)
+        {
+            return peer
+                .call(PeerMethod::AppendEntries, &message, timeout)
+                .await;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        if matches!(self.append_stream, AppendStream::Closed) {
+            match peer.open_append_stream(timeout).await {
+                Ok(stream) => self.append_stream = AppendStream::Open(stream),
+                Err(status) if status.code() == tonic::Code::Unimplemented => {
+                    tracing::info!(
+                        peer = %self.addr,
+                        "peer has no AppendEntries stream (an older version); calling AppendEntries"
+                    );
+                    self.append_stream = AppendStream::Unsupported;
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    return peer.call(PeerMethod::AppendEntries, &message, left).await;
+                }
+                Err(status) => return Err(status),
+            }
+        }
+        let AppendStream::Open(stream) = &mut self.append_stream else {
+            return Err(tonic::Status::internal(
+                "the AppendEntries stream is not open",
+            ));
+        };
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let reply = peer.stream_call(stream, &message, left).await;
+        if reply.is_err() {
+            // Not used again: a late answer would be read as the next one's.
+            self.append_stream = AppendStream::Closed;
+        }
+        reply
+    }
+}
+
+#[cfg(test)]
+impl PeerConnection {
+    /// One AppendEntries carrying `message` as it is, through the path
+    /// `append_entries` takes (plain text).
+    pub(crate) async fn append_entries_message(
+        &mut self,
+        message: RaftMessage,
+    ) -> Result<RaftReply, tonic::Status> {
+        let Some(PeerClient::H2(peer)) = self.client.clone() else {
+            return Err(tonic::Status::internal("not a plain-text peer"));
+        };
+        self.append_entries_call(&peer, message, Duration::from_secs(10))
+            .await
     }
 }
 

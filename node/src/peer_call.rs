@@ -13,8 +13,20 @@
 //! fewer per log entry on the leader and two wake-ups fewer on each
 //! follower (an entry's AppendEntries and the one that tells its commit).
 //!
+//! A leader's AppendEntries to a follower go on one long-lived stream
+//! instead ([`CallStream`], `AppendEntriesStream` in `raft.proto`): each
+//! request one DATA frame out and its reply one DATA frame back. A unary
+//! call also costs its HEADERS (encoded by the leader, decoded, routed and
+//! checked for the cluster secret by the follower), a new task on the
+//! follower and the reply's trailers; per log entry that is twice per
+//! follower, as openraft 0.9 sends every entry's commit index in an
+//! AppendEntries of its own. In a storm of `sbatch` processes the stream
+//! took 13% off each follower's CPU per job and 7% off the leader's
+//! (BENCHMARKS.md, twenty-first session).
+//!
 //! The wire is plain gRPC, answered by the same tonic server as before.
-//! A cluster with TLS keeps tonic's channel, which holds the TLS setup.
+//! A cluster with TLS keeps tonic's channel, which holds the TLS setup,
+//! and unary calls.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -32,7 +44,10 @@ use tonic::{Code, Status};
 /// are a few hundred bytes).
 const HEADER_LIST_BYTES_MAX: u32 = 64 * 1024;
 
-/// A peer's `RaftTransport` methods.
+/// The path of `RaftTransport`'s streaming AppendEntries.
+const APPEND_ENTRIES_STREAM_PATH: &str = "/berth.raft.v1.RaftTransport/AppendEntriesStream";
+
+/// A peer's unary `RaftTransport` methods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PeerMethod {
     AppendEntries,
@@ -118,8 +133,38 @@ impl PeerCall {
         timeout: Duration,
     ) -> Result<RaftReply, Status> {
         let outcome = tokio::time::timeout(timeout, self.exchange(method, message, timeout)).await;
+        self.settle(outcome, timeout)
+    }
+
+    /// Opens an `AppendEntriesStream` on the connection, within `timeout`.
+    /// A peer without it answers UNIMPLEMENTED.
+    pub async fn open_append_stream(&self, timeout: Duration) -> Result<CallStream, Status> {
+        let outcome = tokio::time::timeout(timeout, self.start_append_stream()).await;
+        self.settle(outcome, timeout)
+    }
+
+    /// Sends `message` on `stream` and waits for its reply, within
+    /// `timeout`. After a failure the stream is not to be used again: a
+    /// late reply would be read as the next message's.
+    pub async fn stream_call(
+        &self,
+        stream: &mut CallStream,
+        message: &RaftMessage,
+        timeout: Duration,
+    ) -> Result<RaftReply, Status> {
+        let outcome = tokio::time::timeout(timeout, stream.exchange(message)).await;
+        self.settle(outcome, timeout)
+    }
+
+    /// What a call or a stream's step came to, the connection dropped when
+    /// it broke or did not answer in time.
+    fn settle<T>(
+        &self,
+        outcome: Result<Result<T, Failure>, tokio::time::error::Elapsed>,
+        timeout: Duration,
+    ) -> Result<T, Status> {
         match outcome {
-            Ok(Ok(reply)) => Ok(reply),
+            Ok(Ok(value)) => Ok(value),
             Ok(Err(failure)) => {
                 if failure.broken {
                     self.drop_connection();
@@ -147,7 +192,7 @@ impl PeerCall {
         timeout: Duration,
     ) -> Result<RaftReply, Failure> {
         let mut sender = self.ready_connection().await?;
-        let request = self.request(method, timeout)?;
+        let request = self.request(method.path(), Some(timeout))?;
         let (answer, mut stream) = sender
             .send_request(request, false)
             .map_err(|e| self.broken(&e))?;
@@ -190,6 +235,33 @@ impl PeerCall {
             return Err(Failure::answered(status));
         }
         decode_reply(&frame).map_err(Failure::answered)
+    }
+
+    async fn start_append_stream(&self) -> Result<CallStream, Failure> {
+        let mut sender = self.ready_connection().await?;
+        let request = self.request(APPEND_ENTRIES_STREAM_PATH, None)?;
+        let (answer, send) = sender
+            .send_request(request, false)
+            .map_err(|e| self.broken(&e))?;
+        // The server answers the stream's head at once; an older one
+        // answers UNIMPLEMENTED in it ("trailers-only").
+        let response = answer.await.map_err(|e| self.broken(&e))?;
+        let (parts, recv) = response.into_parts();
+        if parts.status != http::StatusCode::OK {
+            return Err(Failure::answered(status_of_http(parts.status)));
+        }
+        if let Some(status) = Status::from_header_map(&parts.headers) {
+            if status.code() != Code::Ok {
+                return Err(Failure::answered(status));
+            }
+        }
+        Ok(CallStream {
+            addr: self.addr.clone(),
+            send,
+            recv,
+            received: BytesMut::new(),
+            reply_bytes_max: self.reply_bytes_max,
+        })
     }
 
     /// The open connection, ready for a new stream, or a new one. A
@@ -257,11 +329,13 @@ impl PeerCall {
         Ok(sender)
     }
 
-    fn request(&self, method: PeerMethod, timeout: Duration) -> Result<Request<()>, Failure> {
+    /// A call's request head. `timeout` becomes its `grpc-timeout`; a
+    /// stream, which outlives any one exchange on it, has none.
+    fn request(&self, path: &str, timeout: Option<Duration>) -> Result<Request<()>, Failure> {
         let uri = Uri::builder()
             .scheme("http")
             .authority(self.addr.as_str())
-            .path_and_query(method.path())
+            .path_and_query(path)
             .build()
             .map_err(|e| {
                 Failure::answered(Status::invalid_argument(format!(
@@ -276,9 +350,11 @@ impl PeerCall {
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
         headers.insert(TE, HeaderValue::from_static("trailers"));
         // The deadline as tonic's client states it: at most 8 digits.
-        let timeout_ms = timeout.as_millis().min(99_999_999);
-        if let Ok(value) = HeaderValue::from_str(&format!("{timeout_ms}m")) {
-            headers.insert("grpc-timeout", value);
+        if let Some(timeout) = timeout {
+            let timeout_ms = timeout.as_millis().min(99_999_999);
+            if let Ok(value) = HeaderValue::from_str(&format!("{timeout_ms}m")) {
+                headers.insert("grpc-timeout", value);
+            }
         }
         for (name, value) in &self.extra_headers {
             headers.insert(name.clone(), value.clone());
@@ -288,10 +364,72 @@ impl PeerCall {
 
     /// A transport error: the call failed and the connection is dropped.
     fn broken(&self, e: &h2::Error) -> Failure {
-        Failure {
-            status: Status::unavailable(format!("HTTP/2 to {}: {e}", self.addr)),
-            broken: true,
+        Failure::broken(&self.addr, e)
+    }
+}
+
+/// An open `AppendEntriesStream`: requests go out one at a time, each
+/// answered before the next is sent.
+pub struct CallStream {
+    addr: String,
+    send: h2::SendStream<Bytes>,
+    recv: h2::RecvStream,
+    /// Bytes received and not yet read as a reply.
+    received: BytesMut,
+    reply_bytes_max: usize,
+}
+
+impl CallStream {
+    async fn exchange(&mut self, message: &RaftMessage) -> Result<RaftReply, Failure> {
+        self.send
+            .send_data(Bytes::from(grpc_frame::encode(message)), false)
+            .map_err(|e| Failure::broken(&self.addr, &e))?;
+        loop {
+            if let Some(frame) = self.next_frame()? {
+                return decode_reply(&frame).map_err(Failure::answered);
+            }
+            let Some(chunk) = self.recv.data().await else {
+                // The server ended the stream: its status says why (OK when
+                // it shut down, which a call did not expect either).
+                let trailers = self
+                    .recv
+                    .trailers()
+                    .await
+                    .map_err(|e| Failure::broken(&self.addr, &e))?;
+                let status = trailers
+                    .as_ref()
+                    .and_then(Status::from_header_map)
+                    .filter(|status| status.code() != Code::Ok)
+                    .unwrap_or_else(|| {
+                        Status::unavailable(format!("{} ended the AppendEntries stream", self.addr))
+                    });
+                return Err(Failure::answered(status));
+            };
+            let chunk = chunk.map_err(|e| Failure::broken(&self.addr, &e))?;
+            // Lets the peer send more on this stream and connection.
+            let _ = self.recv.flow_control().release_capacity(chunk.len());
+            self.received.extend_from_slice(&chunk);
         }
+    }
+
+    /// The first whole reply frame received, taken off the buffer.
+    fn next_frame(&mut self) -> Result<Option<BytesMut>, Failure> {
+        let Some(prefix) = self.received.get(..grpc_frame::PREFIX_BYTES) else {
+            return Ok(None);
+        };
+        let said = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
+        let length = usize::try_from(said).unwrap_or(usize::MAX);
+        if length > self.reply_bytes_max {
+            return Err(Failure::answered(Status::out_of_range(format!(
+                "the reply from {} is larger than {} bytes",
+                self.addr, self.reply_bytes_max
+            ))));
+        }
+        let whole = grpc_frame::PREFIX_BYTES + length;
+        if self.received.len() < whole {
+            return Ok(None);
+        }
+        Ok(Some(self.received.split_to(whole)))
     }
 }
 
@@ -302,6 +440,14 @@ struct Failure {
 }
 
 impl Failure {
+    /// A transport error on the connection to `addr`.
+    fn broken(addr: &str, e: &h2::Error) -> Failure {
+        Failure {
+            status: Status::unavailable(format!("HTTP/2 to {addr}: {e}")),
+            broken: true,
+        }
+    }
+
     fn answered(status: Status) -> Failure {
         Failure {
             status,

@@ -2,6 +2,8 @@
 //! peers run it.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_auth::grpc::{AttachCredentials, RequireClusterSecret};
@@ -21,11 +23,37 @@ const SECRET: &str = "a-cluster-secret-of-thirty-two-bytes-or-more";
 
 /// Answers each method with its name and the payload it got, reversed;
 /// a payload that names a status is answered with that status, "stall"
-/// is never answered.
-struct Echo;
+/// is never answered. Answers AppendEntriesStream when `streams` is set,
+/// as a node does, else UNIMPLEMENTED, as an older node does.
+struct Echo {
+    streams: bool,
+    shutdown: watch::Receiver<bool>,
+    counts: Arc<Counts>,
+}
+
+/// What an `Echo` server was asked.
+#[derive(Default)]
+struct Counts {
+    unary_append_entries: AtomicUsize,
+    streams_asked: AtomicUsize,
+    stream_messages: AtomicUsize,
+}
+
+impl Counts {
+    fn get(&self) -> (usize, usize, usize) {
+        (
+            self.unary_append_entries.load(Ordering::SeqCst),
+            self.streams_asked.load(Ordering::SeqCst),
+            self.stream_messages.load(Ordering::SeqCst),
+        )
+    }
+}
 
 fn echo(method: &str, request: &Request<RaftMessage>) -> Result<Response<RaftReply>, Status> {
-    let message = request.get_ref();
+    echo_message(method, request.get_ref()).map(Response::new)
+}
+
+fn echo_message(method: &str, message: &RaftMessage) -> Result<RaftReply, Status> {
     match message.payload.as_slice() {
         b"failed-precondition" => return Err(Status::failed_precondition("not leader")),
         b"unavailable" => return Err(Status::unavailable("going away")),
@@ -33,27 +61,54 @@ fn echo(method: &str, request: &Request<RaftMessage>) -> Result<Response<RaftRep
     }
     let mut payload = message.payload.clone();
     payload.reverse();
-    Ok(Response::new(RaftReply {
+    Ok(RaftReply {
         payload,
         error: method.as_bytes().to_vec(),
         encoding: message.encoding,
         reads_messagepack: true,
-    }))
+    })
 }
 
-async fn stall_if_asked(request: &Request<RaftMessage>) {
-    if request.get_ref().payload == b"stall" {
+async fn stall_if_asked(message: &RaftMessage) {
+    if message.payload == b"stall" {
         tokio::time::sleep(Duration::from_secs(3_600)).await;
     }
 }
 
 #[tonic::async_trait]
 impl RaftTransport for Echo {
+    type AppendEntriesStreamStream = crate::raft_service::ReplyStream;
+
+    async fn append_entries_stream(
+        &self,
+        request: Request<tonic::Streaming<RaftMessage>>,
+    ) -> Result<Response<Self::AppendEntriesStreamStream>, Status> {
+        self.counts.streams_asked.fetch_add(1, Ordering::SeqCst);
+        if !self.streams {
+            return Err(Status::unimplemented("an older node"));
+        }
+        let counts = self.counts.clone();
+        Ok(Response::new(crate::raft_service::answer_in_order(
+            request.into_inner(),
+            self.shutdown.clone(),
+            move |message| {
+                counts.stream_messages.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    stall_if_asked(&message).await;
+                    echo_message("AppendEntriesStream", &message)
+                }
+            },
+        )))
+    }
+
     async fn append_entries(
         &self,
         request: Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        stall_if_asked(&request).await;
+        self.counts
+            .unary_append_entries
+            .fetch_add(1, Ordering::SeqCst);
+        stall_if_asked(request.get_ref()).await;
         echo("AppendEntries", &request)
     }
 
@@ -83,22 +138,41 @@ impl RaftTransport for Echo {
 /// A tonic server on `listener` that asks for the cluster secret, as a
 /// node's does; it stops when the returned sender is dropped.
 fn serve(listener: TcpListener) -> watch::Sender<bool> {
+    serve_counted(listener, true).0
+}
+
+/// As [`serve`], with or without AppendEntriesStream; what it was asked,
+/// and the server's task, which ends once it has stopped.
+fn serve_counted(
+    listener: TcpListener,
+    streams: bool,
+) -> (
+    watch::Sender<bool>,
+    Arc<Counts>,
+    tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+) {
     let (stop, mut stopped) = watch::channel(false);
+    let counts = Arc::new(Counts::default());
+    let echo = Echo {
+        streams,
+        shutdown: stopped.clone(),
+        counts: counts.clone(),
+    };
     let service = InterceptedService::new(
-        RaftTransportServer::new(Echo)
+        RaftTransportServer::new(echo)
             .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
             .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES),
         RequireClusterSecret::new(Some(SECRET.as_bytes().to_vec())),
     );
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    tokio::spawn(
+    let task = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(service)
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stopped.wait_for(|stop| *stop).await;
             }),
     );
-    stop
+    (stop, counts, task)
 }
 
 async fn server() -> (SocketAddr, watch::Sender<bool>) {
@@ -357,4 +431,199 @@ async fn a_connection_the_peer_closed_is_replaced_without_failing_the_call() {
     let _stop = serve(listener);
     // The first call after it goes out on a new connection and succeeds.
     assert_eq!(vote(&peer, b"cd").await.expect("a reply").payload, b"dc");
+}
+
+async fn counted_server(streams: bool) -> (SocketAddr, watch::Sender<bool>, Arc<Counts>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let (stop, counts, _task) = serve_counted(listener, streams);
+    (addr, stop, counts)
+}
+
+async fn stream_call(
+    peer: &PeerCall,
+    stream: &mut CallStream,
+    payload: &[u8],
+) -> Result<RaftReply, Status> {
+    peer.stream_call(stream, &message(payload), CALL_TIMEOUT)
+        .await
+}
+
+#[tokio::test]
+async fn an_append_entries_stream_answers_each_message_in_order_on_one_stream() {
+    let (addr, _stop, counts) = counted_server(true).await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let mut stream = peer
+        .open_append_stream(CALL_TIMEOUT)
+        .await
+        .expect("a stream");
+    // Past the initial flow-control windows too, so capacity is released.
+    let large: Vec<u8> = (0..200 * 1024).map(|i| (i % 251) as u8).collect();
+    for payload in [b"one".to_vec(), large, b"three".to_vec()] {
+        let reply = stream_call(&peer, &mut stream, &payload)
+            .await
+            .expect("a reply");
+        assert!(reply.payload.iter().rev().eq(payload.iter()));
+        assert_eq!(reply.error, b"AppendEntriesStream");
+    }
+    assert_eq!(counts.get(), (0, 1, 3), "(unary, streams, messages)");
+}
+
+#[tokio::test]
+async fn a_stream_without_the_cluster_secret_is_refused() {
+    let (addr, _stop, counts) = counted_server(true).await;
+    let peer = peer(addr, None, berth_proto::MAX_MESSAGE_BYTES);
+    let status = peer
+        .open_append_stream(CALL_TIMEOUT)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(status.code(), Code::Unauthenticated, "{status}");
+    assert_eq!(counts.get(), (0, 0, 0));
+}
+
+#[tokio::test]
+async fn a_peer_without_the_stream_answers_unimplemented() {
+    let (addr, _stop, _counts) = counted_server(false).await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let status = peer
+        .open_append_stream(CALL_TIMEOUT)
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(status.code(), Code::Unimplemented, "{status}");
+}
+
+#[tokio::test]
+async fn a_failed_request_ends_its_stream_with_its_status_and_a_new_stream_works() {
+    let (addr, _stop, counts) = counted_server(true).await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let mut stream = peer
+        .open_append_stream(CALL_TIMEOUT)
+        .await
+        .expect("a stream");
+    let status = stream_call(&peer, &mut stream, b"failed-precondition")
+        .await
+        .expect_err("refused");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status}");
+    assert_eq!(status.message(), "not leader");
+    stream_call(&peer, &mut stream, b"after")
+        .await
+        .expect_err("the stream has ended");
+    let mut stream = peer
+        .open_append_stream(CALL_TIMEOUT)
+        .await
+        .expect("a second stream");
+    let reply = stream_call(&peer, &mut stream, b"ab")
+        .await
+        .expect("a reply");
+    assert_eq!(reply.payload, b"ba");
+    assert_eq!(counts.get().1, 2);
+}
+
+#[tokio::test]
+async fn a_stream_request_with_no_answer_ends_at_its_timeout() {
+    let (addr, _stop, _counts) = counted_server(true).await;
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let mut stream = peer
+        .open_append_stream(CALL_TIMEOUT)
+        .await
+        .expect("a stream");
+    let status = peer
+        .stream_call(&mut stream, &message(b"stall"), Duration::from_millis(200))
+        .await
+        .expect_err("no answer");
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status}");
+    let mut stream = peer
+        .open_append_stream(CALL_TIMEOUT)
+        .await
+        .expect("a new stream");
+    let reply = stream_call(&peer, &mut stream, b"ok")
+        .await
+        .expect("a reply");
+    assert_eq!(reply.payload, b"ko");
+}
+
+#[tokio::test]
+async fn a_server_that_shuts_down_ends_its_open_streams_and_stops() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("address");
+    let (stop, _counts, server) = serve_counted(listener, true);
+    let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
+    let mut stream = peer
+        .open_append_stream(CALL_TIMEOUT)
+        .await
+        .expect("a stream");
+    stream_call(&peer, &mut stream, b"up")
+        .await
+        .expect("a reply");
+    // A graceful stop waits for open streams: this one ends, so the
+    // server stops instead of waiting for the client to close it.
+    stop.send_replace(true);
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the server kept the stream open and did not stop")
+        .expect("the server task")
+        .expect("the server");
+    let status = stream_call(&peer, &mut stream, b"late")
+        .await
+        .expect_err("the stream has ended");
+    assert_eq!(status.code(), Code::Unavailable, "{status}");
+}
+
+/// A node's connection to a peer, as openraft gets it.
+async fn peer_connection(addr: SocketAddr) -> crate::network::PeerConnection {
+    use openraft::network::RaftNetworkFactory;
+    let mut network = crate::network::Network {
+        credentials: AttachCredentials::cluster_secret(Some(SECRET.as_bytes())),
+    };
+    network
+        .new_client(2, &openraft::BasicNode::new(addr.to_string()))
+        .await
+}
+
+#[tokio::test]
+async fn a_connections_first_append_entries_is_unary_and_the_rest_share_one_stream() {
+    let (addr, _stop, counts) = counted_server(true).await;
+    let mut connection = peer_connection(addr).await;
+    for (n, payload) in [b"a1", b"a2", b"a3", b"a4"].into_iter().enumerate() {
+        let reply = connection
+            .append_entries_message(message(payload))
+            .await
+            .expect("a reply");
+        assert_eq!(reply.payload, [payload[1], payload[0]]);
+        let expected: &[u8] = if n == 0 {
+            b"AppendEntries"
+        } else {
+            b"AppendEntriesStream"
+        };
+        assert_eq!(reply.error, expected, "call {n}");
+    }
+    assert_eq!(counts.get(), (1, 1, 3), "(unary, streams, messages)");
+
+    // A failed call drops the stream; the next call opens another.
+    connection
+        .append_entries_message(message(b"failed-precondition"))
+        .await
+        .expect_err("refused");
+    let reply = connection
+        .append_entries_message(message(b"b1"))
+        .await
+        .expect("a reply");
+    assert_eq!(reply.error, b"AppendEntriesStream");
+    assert_eq!(counts.get(), (1, 2, 5));
+}
+
+#[tokio::test]
+async fn an_older_peer_gets_unary_append_entries_after_one_refused_stream() {
+    let (addr, _stop, counts) = counted_server(false).await;
+    let mut connection = peer_connection(addr).await;
+    for payload in [b"a1", b"a2", b"a3", b"a4"] {
+        let reply = connection
+            .append_entries_message(message(payload))
+            .await
+            .expect("a reply");
+        assert_eq!(reply.error, b"AppendEntries");
+    }
+    assert_eq!(counts.get(), (4, 1, 0), "(unary, streams, messages)");
 }

@@ -1,14 +1,18 @@
 //! The server side of the Raft transport, and the forwarding endpoint that
 //! followers use to hand writes to the leader.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use berth_proto::raft::raft_transport_server::RaftTransport;
 use berth_proto::raft::{PayloadEncoding, RaftMessage, RaftReply};
 use berth_raft_store::Request;
+use futures::Stream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::{Response, Status};
+use tokio::sync::watch;
+use tonic::{Response, Status, Streaming};
 
 use crate::forward::{ForwardOutcome, FORWARD_BATCH_COMMANDS_MAX};
 use crate::node::{Node, ProposeError};
@@ -16,7 +20,14 @@ use crate::wire;
 
 pub struct RaftService {
     pub node: Arc<Node>,
+    /// Turns true when the node shuts down: open AppendEntries streams end
+    /// then, so the server's graceful stop does not wait on the leader
+    /// that holds them.
+    pub shutdown: watch::Receiver<bool>,
 }
+
+/// The replies of one AppendEntries stream.
+pub(crate) type ReplyStream = Pin<Box<dyn Stream<Item = Result<RaftReply, Status>> + Send>>;
 
 /// Decodes a request; returns it with the encoding to answer in.
 fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<(T, PayloadEncoding), Status> {
@@ -32,6 +43,13 @@ fn reply<T: Serialize, E: Serialize>(
     encoding: PayloadEncoding,
     result: Result<T, E>,
 ) -> Result<Response<RaftReply>, Status> {
+    encode_reply(encoding, result).map(Response::new)
+}
+
+fn encode_reply<T: Serialize, E: Serialize>(
+    encoding: PayloadEncoding,
+    result: Result<T, E>,
+) -> Result<RaftReply, Status> {
     let (payload, error) = match result {
         Ok(v) => (
             wire::encode(encoding, &v).map_err(Status::internal)?,
@@ -42,16 +60,89 @@ fn reply<T: Serialize, E: Serialize>(
             wire::encode(encoding, &e).map_err(Status::internal)?,
         ),
     };
-    Ok(Response::new(RaftReply {
+    Ok(RaftReply {
         payload,
         error,
         encoding: encoding.into(),
         reads_messagepack: true,
+    })
+}
+
+/// One AppendEntries request of a stream, answered.
+async fn append_entries_reply(node: &Node, message: &RaftMessage) -> Result<RaftReply, Status> {
+    let (req, encoding) = decode(message)?;
+    encode_reply(encoding, node.raft.append_entries(req).await)
+}
+
+/// Returns once `shutdown` turns true (or its sender is gone).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// What a stream does after a request: goes on, or ends.
+enum Next {
+    Reply(Result<RaftReply, Status>),
+    End,
+}
+
+/// Answers the requests of one AppendEntries stream in order, each with
+/// `answer` once its predecessor is answered (openraft's replication to a
+/// follower has one request out at a time). Ends when the leader closes
+/// the stream, an answer fails (with that status) or `shutdown` turns
+/// true.
+pub(crate) fn answer_in_order<A, F>(
+    requests: Streaming<RaftMessage>,
+    shutdown: watch::Receiver<bool>,
+    answer: A,
+) -> ReplyStream
+where
+    A: Fn(RaftMessage) -> F + Send + Sync + 'static,
+    F: Future<Output = Result<RaftReply, Status>> + Send,
+{
+    let state = Some((requests, shutdown, answer));
+    Box::pin(futures::stream::unfold(state, |state| async move {
+        let (mut requests, mut shutdown, answer) = state?;
+        let next = tokio::select! {
+            biased;
+            () = stopped(&mut shutdown) => Next::End,
+            request = requests.message() => match request {
+                Ok(Some(message)) => Next::Reply(answer(message).await),
+                // The leader closed the stream.
+                Ok(None) => Next::End,
+                // A request that could not be read (larger than the
+                // bound, say) ends the stream with why; a broken stream
+                // has no one to tell.
+                Err(status) => Next::Reply(Err(status)),
+            },
+        };
+        match next {
+            Next::Reply(Ok(reply)) => Some((Ok(reply), Some((requests, shutdown, answer)))),
+            // The stream ends with the failure as its status.
+            Next::Reply(Err(status)) => Some((Err(status), None)),
+            Next::End => None,
+        }
     }))
 }
 
 #[tonic::async_trait]
 impl RaftTransport for RaftService {
+    type AppendEntriesStreamStream = ReplyStream;
+
+    async fn append_entries_stream(
+        &self,
+        request: tonic::Request<Streaming<RaftMessage>>,
+    ) -> Result<Response<ReplyStream>, Status> {
+        let node = self.node.clone();
+        Ok(Response::new(answer_in_order(
+            request.into_inner(),
+            self.shutdown.clone(),
+            move |message| {
+                let node = node.clone();
+                async move { append_entries_reply(&node, &message).await }
+            },
+        )))
+    }
+
     async fn append_entries(
         &self,
         request: tonic::Request<RaftMessage>,

@@ -184,9 +184,12 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         require_secret.clone(),
     );
     let raft_transport = InterceptedService::new(
-        RaftTransportServer::new(RaftService { node: node.clone() })
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        RaftTransportServer::new(RaftService {
+            node: node.clone(),
+            shutdown: shutdown.clone(),
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES),
         require_secret,
     );
 
