@@ -440,6 +440,12 @@ async fn counted_server(streams: bool) -> (SocketAddr, watch::Sender<bool>, Arc<
     (addr, stop, counts)
 }
 
+async fn open_stream(peer: &PeerCall) -> CallStream {
+    peer.open_append_stream(CALL_TIMEOUT)
+        .await
+        .unwrap_or_else(|status| panic!("no stream: {status}"))
+}
+
 async fn stream_call(
     peer: &PeerCall,
     stream: &mut CallStream,
@@ -453,10 +459,7 @@ async fn stream_call(
 async fn an_append_entries_stream_answers_each_message_in_order_on_one_stream() {
     let (addr, _stop, counts) = counted_server(true).await;
     let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
-    let mut stream = peer
-        .open_append_stream(CALL_TIMEOUT)
-        .await
-        .expect("a stream");
+    let mut stream = open_stream(&peer).await;
     // Past the initial flow-control windows too, so capacity is released.
     let large: Vec<u8> = (0..200 * 1024).map(|i| (i % 251) as u8).collect();
     for payload in [b"one".to_vec(), large, b"three".to_vec()] {
@@ -498,10 +501,7 @@ async fn a_peer_without_the_stream_answers_unimplemented() {
 async fn a_failed_request_ends_its_stream_with_its_status_and_a_new_stream_works() {
     let (addr, _stop, counts) = counted_server(true).await;
     let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
-    let mut stream = peer
-        .open_append_stream(CALL_TIMEOUT)
-        .await
-        .expect("a stream");
+    let mut stream = open_stream(&peer).await;
     let status = stream_call(&peer, &mut stream, b"failed-precondition")
         .await
         .expect_err("refused");
@@ -510,10 +510,7 @@ async fn a_failed_request_ends_its_stream_with_its_status_and_a_new_stream_works
     stream_call(&peer, &mut stream, b"after")
         .await
         .expect_err("the stream has ended");
-    let mut stream = peer
-        .open_append_stream(CALL_TIMEOUT)
-        .await
-        .expect("a second stream");
+    let mut stream = open_stream(&peer).await;
     let reply = stream_call(&peer, &mut stream, b"ab")
         .await
         .expect("a reply");
@@ -525,19 +522,13 @@ async fn a_failed_request_ends_its_stream_with_its_status_and_a_new_stream_works
 async fn a_stream_request_with_no_answer_ends_at_its_timeout() {
     let (addr, _stop, _counts) = counted_server(true).await;
     let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
-    let mut stream = peer
-        .open_append_stream(CALL_TIMEOUT)
-        .await
-        .expect("a stream");
+    let mut stream = open_stream(&peer).await;
     let status = peer
         .stream_call(&mut stream, &message(b"stall"), Duration::from_millis(200))
         .await
         .expect_err("no answer");
     assert_eq!(status.code(), Code::DeadlineExceeded, "{status}");
-    let mut stream = peer
-        .open_append_stream(CALL_TIMEOUT)
-        .await
-        .expect("a new stream");
+    let mut stream = open_stream(&peer).await;
     let reply = stream_call(&peer, &mut stream, b"ok")
         .await
         .expect("a reply");
@@ -550,10 +541,7 @@ async fn a_server_that_shuts_down_ends_its_open_streams_and_stops() {
     let addr = listener.local_addr().expect("address");
     let (stop, _counts, server) = serve_counted(listener, true);
     let peer = peer(addr, Some(SECRET), berth_proto::MAX_MESSAGE_BYTES);
-    let mut stream = peer
-        .open_append_stream(CALL_TIMEOUT)
-        .await
-        .expect("a stream");
+    let mut stream = open_stream(&peer).await;
     stream_call(&peer, &mut stream, b"up")
         .await
         .expect("a reply");
