@@ -562,9 +562,8 @@ async fn a_server_that_shuts_down_ends_its_open_streams_and_stops() {
 /// A node's connection to a peer, as openraft gets it.
 async fn peer_connection(addr: SocketAddr) -> crate::network::PeerConnection {
     use openraft::network::RaftNetworkFactory;
-    let mut network = crate::network::Network {
-        credentials: AttachCredentials::cluster_secret(Some(SECRET.as_bytes())),
-    };
+    let mut network =
+        crate::network::Network::new(AttachCredentials::cluster_secret(Some(SECRET.as_bytes())));
     network
         .new_client(2, &openraft::BasicNode::new(addr.to_string()))
         .await

@@ -138,9 +138,7 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     let raft_cfg = Arc::new(raft_config(&config)?);
     let auth = AuthKeys::load(&config.auth).map_err(|e| ServerError::Auth(e.to_string()))?;
     let server_tls = load_tls(&config.tls)?;
-    let network = Network {
-        credentials: AttachCredentials::cluster_secret(auth.cluster.as_deref()),
-    };
+    let network = Network::new(AttachCredentials::cluster_secret(auth.cluster.as_deref()));
     let require_secret = RequireClusterSecret::new(auth.cluster.clone());
     let raft = Raft::new(
         config.node_id,
