@@ -203,15 +203,7 @@ impl PeerCall {
             .map_err(|e| self.broken(&e))?;
         let response = answer.await.map_err(|e| self.broken(&e))?;
         let (parts, mut body) = response.into_parts();
-        if parts.status != http::StatusCode::OK {
-            return Err(Failure::answered(status_of_http(parts.status)));
-        }
-        // A "trailers-only" answer carries the status in its headers.
-        if let Some(status) = Status::from_header_map(&parts.headers) {
-            if status.code() != Code::Ok {
-                return Err(Failure::answered(status));
-            }
-        }
+        refused_in_head(&parts)?;
         let mut frame = BytesMut::new();
         while let Some(chunk) = body.data().await {
             let chunk = chunk.map_err(|e| self.broken(&e))?;
@@ -247,14 +239,7 @@ impl PeerCall {
         // answers UNIMPLEMENTED in it ("trailers-only").
         let response = answer.await.map_err(|e| self.broken(&e))?;
         let (parts, recv) = response.into_parts();
-        if parts.status != http::StatusCode::OK {
-            return Err(Failure::answered(status_of_http(parts.status)));
-        }
-        if let Some(status) = Status::from_header_map(&parts.headers) {
-            if status.code() != Code::Ok {
-                return Err(Failure::answered(status));
-            }
-        }
+        refused_in_head(&parts)?;
         Ok(CallStream {
             addr: self.addr.clone(),
             send,
@@ -414,11 +399,9 @@ impl CallStream {
 
     /// The first whole reply frame received, taken off the buffer.
     fn next_frame(&mut self) -> Result<Option<BytesMut>, Failure> {
-        let Some(prefix) = self.received.get(..grpc_frame::PREFIX_BYTES) else {
+        let Some(length) = grpc_frame::declared_length(&self.received) else {
             return Ok(None);
         };
-        let said = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
-        let length = usize::try_from(said).unwrap_or(usize::MAX);
         if length > self.reply_bytes_max {
             return Err(Failure::answered(Status::out_of_range(format!(
                 "the reply from {} is larger than {} bytes",
@@ -453,6 +436,18 @@ impl Failure {
             status,
             broken: false,
         }
+    }
+}
+
+/// The refusal an answer's head carries, if any: an HTTP status other
+/// than 200, or a "trailers-only" answer's gRPC status in its headers.
+fn refused_in_head(parts: &http::response::Parts) -> Result<(), Failure> {
+    if parts.status != http::StatusCode::OK {
+        return Err(Failure::answered(status_of_http(parts.status)));
+    }
+    match Status::from_header_map(&parts.headers) {
+        Some(status) if status.code() != Code::Ok => Err(Failure::answered(status)),
+        _ => Ok(()),
     }
 }
 

@@ -68,7 +68,7 @@ fn encode_reply<T: Serialize, E: Serialize>(
     })
 }
 
-/// One AppendEntries request of a stream, answered.
+/// One AppendEntries request, answered (a unary call, or one of a stream).
 async fn append_entries_reply(node: &Node, message: &RaftMessage) -> Result<RaftReply, Status> {
     let (req, encoding) = decode(message)?;
     encode_reply(encoding, node.raft.append_entries(req).await)
@@ -147,8 +147,9 @@ impl RaftTransport for RaftService {
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (req, encoding) = decode(request.get_ref())?;
-        reply(encoding, self.node.raft.append_entries(req).await)
+        append_entries_reply(&self.node, request.get_ref())
+            .await
+            .map(Response::new)
     }
 
     async fn vote(

@@ -34,6 +34,15 @@ pub fn encode(message: &impl Message) -> Vec<u8> {
     frame
 }
 
+/// The message length the prefix at the start of `bytes` declares, once
+/// the whole prefix is there: what a reader of several frames in a row
+/// waits for after the prefix.
+pub fn declared_length(bytes: &[u8]) -> Option<usize> {
+    let prefix = bytes.get(..PREFIX_BYTES)?;
+    let said = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]);
+    Some(usize::try_from(said).unwrap_or(usize::MAX))
+}
+
 /// The one uncompressed message `frame` holds, and nothing after it.
 pub fn decode<M: Message + Default>(frame: &[u8]) -> Result<M, FrameError> {
     let (prefix, message) = frame
