@@ -141,12 +141,12 @@ fn bench_spec() -> berth_scheduler::JobSpec {
 /// MessagePack), with a request id as long as the ones the benchmark sends:
 /// the size of etcd's value.
 pub fn submit_entry_bytes() -> anyhow::Result<usize> {
-    let command = berth_raft_store::Command::SubmitJob {
+    let command = berth_state::Command::SubmitJob {
         request_id: request_id(999, 999, 9_999_999),
         spec: bench_spec(),
         now_ms: 1_700_000_000_000,
     };
-    Ok(berth_raft_store::codec::to_vec(&berth_raft_store::Request::new(command))?.len())
+    Ok(berth_raft_store::codec::to_vec(&berth_state::Request::new(command))?.len())
 }
 
 fn request_id(level: usize, worker: usize, seq: u64) -> String {

@@ -5,15 +5,13 @@
 //! [`BENCH_NOW_MS`], the state `berth sim bench-pass` times.
 //!
 //! The scheduler library reads no clock; the timing is done here, as
-//! `scheduler/examples/sim_profile.rs` does it: wall time per pass, and
+//! `sim/examples/sim_profile.rs` does it: wall time per pass, and
 //! the thread's CPU time (which a loaded machine does not inflate).
 
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use berth_scheduler::sim::bench::{
-    bench_policy, bench_snapshot, time_passes, BenchReport, PassClock,
-};
+use berth_sim::bench::{bench_policy, bench_snapshot, time_passes, BenchReport, PassClock};
 use serde::{Deserialize, Serialize};
 
 /// The seed of every cell's state: the one `berth sim bench-pass` uses.

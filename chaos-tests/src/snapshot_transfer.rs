@@ -31,8 +31,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use berth_proto::api::AddLearnerRequest;
-use berth_raft_store::{open, Command, Request, TypeConfig};
+use berth_raft_store::{open, TypeConfig};
 use berth_scheduler::JobSpec;
+use berth_state::{Command, Request};
 use openraft::storage::RaftStateMachine;
 use openraft::{BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
 
@@ -326,7 +327,7 @@ fn summarize(path: &Path) -> Result<StoreSummary, DrillError> {
         counters_json,
         digest,
         samples,
-        last_applied: data.last_applied.map_or(0, |l| l.index),
+        last_applied: state.applied_index(),
     })
 }
 

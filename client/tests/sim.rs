@@ -5,10 +5,10 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 const BERTH: &str = env!("CARGO_BIN_EXE_berth");
-const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scheduler/tests/scenarios");
+const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../sim/tests/scenarios");
 const KTH: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../scheduler/tests/data/kth-sp2-first-2000.swf"
+    "/../sim/tests/data/kth-sp2-first-2000.swf"
 );
 
 fn berth(args: &[&str]) -> Output {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use berth_proto::agent::agent_service_server::AgentService;
 use berth_proto::agent::*;
-use berth_raft_store::{Command, Response as SmResponse};
+use berth_state::{Command, Response as SmResponse};
 use futures::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -76,11 +76,11 @@ impl AgentService for AgentServiceImpl {
         let term = self.require_leader()?;
         let req = request.into_inner();
         valid_host(&req.host)?;
-        if req.drain_reason.len() > berth_raft_store::HOST_DRAIN_REASON_BYTES_MAX {
+        if req.drain_reason.len() > berth_state::HOST_DRAIN_REASON_BYTES_MAX {
             return Err(Status::invalid_argument(format!(
                 "drain_reason is {} bytes, at most {} are accepted",
                 req.drain_reason.len(),
-                berth_raft_store::HOST_DRAIN_REASON_BYTES_MAX
+                berth_state::HOST_DRAIN_REASON_BYTES_MAX
             )));
         }
         let inventory = req
@@ -233,7 +233,7 @@ impl AgentService for AgentServiceImpl {
             job_id: r.job_id,
             alloc_id: r.alloc_id,
             host: r.host,
-            report: berth_raft_store::StepReport {
+            report: berth_state::StepReport {
                 step_id: r.step_id,
                 exit_code: r.ended.then_some(r.exit_code),
                 name: r.name,
@@ -296,8 +296,8 @@ fn assignment_set(node: &Node, host: &str) -> AssignmentSet {
 /// One allocation as `host`'s agent sees it: the GPU devices it holds
 /// there, and every host's step address for the job's srun.
 fn assignment(
-    s: &berth_raft_store::SmState,
-    r: &berth_raft_store::JobRecord,
+    s: &berth_state::SmState,
+    r: &berth_state::JobRecord,
     host: &str,
     default_grace_s: u64,
 ) -> Option<Assignment> {

@@ -12,14 +12,14 @@ use std::time::Instant;
 use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::berth_api_server::BerthApi;
 use berth_proto::api::*;
-use berth_raft_store::policy::PolicyChange;
-use berth_raft_store::{
-    state::validate_submit, Command, Response as SmResponse, StateMachineStore,
-};
+use berth_raft_store::StateMachineStore;
 use berth_scheduler::explain::explain_hosts;
 use berth_scheduler::priority::PriorityBreakdown;
 use berth_scheduler::JobState as SmJobState;
 use berth_scheduler::{HostState, Lack};
+use berth_state::policy::PolicyChange;
+use berth_state::validate_submit;
+use berth_state::{Command, Response as SmResponse};
 use futures::Stream;
 use openraft::BasicNode;
 use tokio_stream::wrappers::ReceiverStream;
@@ -113,7 +113,7 @@ impl ApiService {
         Ok(Some(client))
     }
 
-    fn reason_of(&self, record: &berth_raft_store::JobRecord) -> berth_scheduler::Reason {
+    fn reason_of(&self, record: &berth_state::JobRecord) -> berth_scheduler::Reason {
         let reasons = self
             .node
             .last_reasons
@@ -124,7 +124,7 @@ impl ApiService {
 
     /// A job with its reason and, for a pending one, the last pass's
     /// sentence with the numbers.
-    fn job_to_proto(&self, record: &berth_raft_store::JobRecord) -> Job {
+    fn job_to_proto(&self, record: &berth_state::JobRecord) -> Job {
         let mut job = convert::job_to_proto(record, &self.reason_of(record));
         if record.job.state == SmJobState::Pending {
             let details = self
@@ -254,7 +254,7 @@ impl BerthApi for ApiService {
         request: Request<ControlJobRequest>,
     ) -> Result<Response<ControlJobResponse>, Status> {
         let caller = self.caller(&request)?;
-        use berth_raft_store::JobAction;
+        use berth_state::JobAction;
         use control_job_request::Action;
         let req = request.into_inner();
         self.require_job_owner(&caller, req.job_id, "hold, release, requeue or signal")?;
@@ -310,7 +310,7 @@ impl BerthApi for ApiService {
         let caller = self.caller(&request)?;
         let req = request.into_inner();
         self.require_job_owner(&caller, req.job_id, "update")?;
-        let update = berth_raft_store::JobUpdate {
+        let update = berth_state::JobUpdate {
             time_limit_s: req.time_limit_s,
             partitions: req.set_partitions.then(|| req.partitions.clone()),
             qos: req.qos.clone(),

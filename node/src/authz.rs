@@ -65,10 +65,6 @@ impl AuthKeys {
                 .transpose()?,
         })
     }
-
-    pub fn enabled(&self) -> bool {
-        self.token.is_some()
-    }
 }
 
 /// Who is calling.

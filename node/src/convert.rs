@@ -2,9 +2,9 @@
 //! model. Kept in one place so the two never drift apart silently.
 
 use berth_proto::api;
-use berth_raft_store::{HostRecord, JobEvent, JobRecord};
 use berth_scheduler::priority::PriorityBreakdown;
 use berth_scheduler::{Inventory, JobSpec, JobState, Reason, ResourceSet};
+use berth_state::{HostRecord, JobEvent, JobRecord};
 
 pub fn spec_from_proto(s: api::JobSpec) -> JobSpec {
     JobSpec {
@@ -211,7 +211,7 @@ pub fn job_to_proto(record: &JobRecord, reason: &Reason) -> api::Job {
 }
 
 /// A step's record; one whose end never came takes its job's final state.
-pub fn step_to_proto(s: &berth_raft_store::StepRecord, job_state: JobState) -> api::JobStep {
+pub fn step_to_proto(s: &berth_state::StepRecord, job_state: JobState) -> api::JobStep {
     let state = match (s.end_ms, s.exit_code) {
         (0, _) if job_state.is_final() => job_state,
         (0, _) => JobState::Running,

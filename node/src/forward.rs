@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use berth_auth::grpc::AttachCredentials;
 use berth_proto::raft::{PayloadEncoding, RaftMessage, RaftReply};
-use berth_raft_store::{Command, Response, COMMAND_VERSION};
+use berth_state::{Command, Response, COMMAND_VERSION};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
@@ -80,7 +80,7 @@ impl ForwardOutcome {
     }
 }
 
-/// `berth_raft_store::Request` for a borrowed command, so a command is
+/// `berth_state::Request` for a borrowed command, so a command is
 /// encoded without being cloned first.
 #[derive(Serialize)]
 struct RequestRef<'a> {
@@ -427,7 +427,7 @@ async fn send(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_raft_store::Request;
+    use berth_state::Request;
 
     #[test]
     fn a_borrowed_request_encodes_as_a_request() {

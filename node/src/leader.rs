@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use berth_raft_store::{Command, Response};
 use berth_scheduler::{schedule, HostState, JobId, Plan, Policy};
+use berth_state::{Command, Response};
 use tokio::sync::watch;
 
 use crate::node::{now_ms, Node};

@@ -20,32 +20,34 @@
 //! - [`server`]: wiring it all together;
 //! - [`dev`]: `berthd dev`, a whole local cluster in one command.
 
+// Only what `berthd` and the tests outside this crate use is public; the
+// rest is the node's own.
 // openraft's error types are large by design; its own crates allow this.
 #![allow(clippy::result_large_err)]
 
-pub mod agent_service;
-pub mod api_metrics;
-pub mod api_service;
-pub mod authz;
-pub mod backup_service;
+mod agent_service;
+mod api_metrics;
+mod api_service;
+mod authz;
+mod backup_service;
 pub mod config;
 pub mod config_overlay;
 pub mod convert;
 pub mod dev;
-pub mod forward;
-pub mod leader;
-pub mod listener;
-pub mod metrics;
-pub mod network;
-pub mod node;
-pub mod one_shot_submit;
-pub mod peer_call;
-pub mod policy_convert;
-pub mod raft_service;
-pub mod rest;
+mod forward;
+mod leader;
+mod listener;
+mod metrics;
+mod network;
+mod node;
+mod one_shot_submit;
+mod peer_call;
+mod policy_convert;
+mod raft_service;
+mod rest;
 pub mod sd_notify;
 pub mod server;
-pub mod step_access;
-pub mod ui;
-pub mod whole_request;
-pub mod wire;
+mod step_access;
+mod ui;
+mod whole_request;
+mod wire;

@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use berth_raft_store::{Command, NodeId, Raft, Request, Response, SharedState, SmState};
+use berth_raft_store::{NodeId, Raft};
 use berth_scheduler::priority::PriorityBreakdown;
 use berth_scheduler::{JobId, Reason};
+use berth_state::{Command, Request, Response, SharedState, SmState};
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 use tonic::Status;
@@ -489,9 +490,6 @@ impl std::fmt::Debug for Node {
         f.debug_struct("Node").field("id", &self.id).finish()
     }
 }
-
-/// Shared handle to the node.
-pub type NodeRef = Arc<Node>;
 
 /// The leader `m` names, except this node itself while it does not lead.
 /// openraft 0.9 names the holder of the committed vote: a leader removed

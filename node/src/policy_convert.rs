@@ -6,11 +6,11 @@
 use std::collections::HashMap;
 
 use berth_proto::api;
-use berth_raft_store::policy::PartitionRecord;
 use berth_scheduler::qos::PreemptMode;
 use berth_scheduler::{
     Account, Limits, Partition, Qos, QosFlags, TresKind, TresLimits, UserRecord,
 };
+use berth_state::policy::PartitionRecord;
 
 fn tres_from(map: &HashMap<String, u64>, what: &str) -> Result<TresLimits, String> {
     let mut limits = TresLimits::default();

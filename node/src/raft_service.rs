@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use berth_proto::raft::raft_transport_server::RaftTransport;
 use berth_proto::raft::{PayloadEncoding, RaftMessage, RaftReply};
-use berth_raft_store::Request;
+use berth_state::Request;
 use futures::Stream;
 use serde::de::DeserializeOwned;
 use serde::Serialize;

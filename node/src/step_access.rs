@@ -6,8 +6,8 @@
 //! batch script's exit.
 
 use berth_proto::api::{ReleaseAllocationResponse, StepAccess};
-use berth_raft_store::{Command, Response as SmResponse, SmState};
 use berth_scheduler::JobState;
+use berth_state::{Command, Response as SmResponse, SmState};
 use tonic::Status;
 
 use crate::node::Node;

@@ -90,7 +90,7 @@ impl PeerEncoding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_raft_store::{Command, Request};
+    use berth_state::{Command, Request};
 
     fn request() -> Request {
         Request::new(Command::CancelJob {

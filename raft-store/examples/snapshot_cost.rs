@@ -14,9 +14,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use berth_raft_store::state::{Dirty, SmState};
-use berth_raft_store::Command;
 use berth_scheduler::{schedule, HostState, Inventory, JobSpec, Policy};
+use berth_state::Command;
+use berth_state::{Dirty, SmState};
 
 const HOSTS: usize = 100;
 const ROUNDS: usize = 9;

@@ -10,10 +10,10 @@
 
 use std::time::Instant;
 
-use berth_raft_store::policy::PolicyChange;
-use berth_raft_store::state::{Dirty, SmState};
-use berth_raft_store::Command;
 use berth_scheduler::{Account, JobSpec, Limits, Qos};
+use berth_state::policy::PolicyChange;
+use berth_state::Command;
+use berth_state::{Dirty, SmState};
 
 fn arg(n: usize, default: u32) -> u32 {
     std::env::args()

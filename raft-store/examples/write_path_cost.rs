@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use berth_raft_store::{open, Command, TypeConfig};
+use berth_raft_store::{open, TypeConfig};
+use berth_state::Command;
 use openraft::storage::RaftStateMachine;
 use openraft::Entry;
 

@@ -58,9 +58,9 @@ use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, CommittedLeaderId, LogId, Membership, SnapshotMeta, StoredMembership};
 use serde::{Deserialize, Serialize};
 
-use crate::state::SmData;
 use crate::store::{store_path, FORMAT_VERSION};
 use crate::{NodeId, SnapshotData, StoreError};
+use berth_state::SmData;
 
 /// The first bytes of every backup file.
 pub const BACKUP_MAGIC: &[u8; 8] = b"BERTHBAK";

@@ -13,7 +13,6 @@ use berth_scheduler::{JobState, Resources};
 use openraft::{BasicNode, Entry, LogId, SnapshotMeta, StoredMembership, Vote};
 use rocksdb::{IteratorMode, Options, DB};
 
-use crate::state::{Counters, HostRecord, JobRecord};
 use crate::store::format4::{self, Progress};
 use crate::store::{
     cf, cf_descriptors, db_options, key_to_index, open_error, ALL_CFS, CF_LOGS, CF_META,
@@ -22,6 +21,7 @@ use crate::store::{
     KEY_SNAPSHOT_DATA_V2, KEY_SNAPSHOT_META, KEY_VOTE,
 };
 use crate::{NodeId, StoreError, TypeConfig};
+use berth_state::{Counters, HostRecord, JobRecord};
 
 /// Problems listed one by one at most; past this only their number is
 /// kept, so a thoroughly damaged store gives a readable report.

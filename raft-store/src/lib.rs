@@ -1,10 +1,10 @@
-//! Berth's replicated state: openraft log and state-machine storage on
-//! RocksDB, and the state machine's command set.
+//! Storage for Berth's replicated state: openraft log and state-machine
+//! storage on RocksDB. The state machine itself, its commands and its
+//! deterministic `apply`, is `berth-state`'s; this crate applies committed
+//! entries with it and persists what they changed.
 //!
-//! - [`command`]: what can be proposed (`Request`, versioned) and answered.
-//! - [`state`]: the in-memory scheduler state and its deterministic `apply`.
-//! - [`policy`]: the replicated policy objects (QOS, accounts, users,
-//!   partitions) and usage, and how a change to them is validated.
+//! - [`apply_entry`]: one committed entry applied, and where the state
+//!   stands in the log.
 //! - [`store`]: the RocksDB layout, log storage and state-machine storage.
 //! - [`snapshot_data`]: a Raft snapshot's bytes, serialized from the
 //!   store's tables only when a follower needs them.
@@ -20,26 +20,20 @@
 // openraft's error types are large by design; its own crates allow this.
 #![allow(clippy::result_large_err)]
 
+pub mod apply_entry;
 pub mod backup;
 pub mod check;
 pub mod codec;
-pub mod command;
 pub mod error;
-pub mod policy;
 pub mod snapshot_data;
-pub mod state;
 pub mod store;
 
+pub use apply_entry::{apply_entry, AppliedMeta, NewerCommand};
 pub use backup::{Backup, BackupError, BackupHeader};
+use berth_state::Request;
 pub use check::{check, CheckReport};
-pub use command::{Command, JobAction, JobUpdate, Request, Response, COMMAND_VERSION};
 pub use error::StoreError;
 pub use snapshot_data::SnapshotData;
-pub use state::{
-    HostRecord, JobEvent, JobRecord, PassInput, SharedState, SignalRequest, SmState, StepRecord,
-    StepReport, HOST_DRAIN_REASON_BYTES_MAX, HOST_STEP_ADDR_BYTES_MAX, SIGNALS_PER_JOB_MAX,
-    STEPS_PER_JOB_MAX,
-};
 pub use store::{open, LogStore, StateMachineStore, StoreHandles};
 
 /// Raft node ids.
@@ -49,7 +43,7 @@ openraft::declare_raft_types!(
     /// openraft type configuration for Berth.
     pub TypeConfig:
         D = Request,
-        R = Response,
+        R = berth_state::Response,
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,

@@ -26,8 +26,9 @@ use rocksdb::DB;
 use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 
+use crate::apply_entry::AppliedMeta;
 use crate::error::StoreError;
-use crate::store::{read_applied_at, serialize_state_at, AppliedMeta, SerializedState};
+use crate::store::{read_applied_at, serialize_state_at, SerializedState};
 
 /// Bytes of a snapshot: received from a leader, or the pinned state that
 /// a leader sends, serialized on first use.

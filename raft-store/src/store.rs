@@ -53,12 +53,13 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+use crate::apply_entry::{apply_entry, AppliedMeta};
 use crate::backup::Backup;
 use crate::codec::CodecError;
-use crate::command::{Command, Response};
 use crate::error::StoreError;
-use crate::state::{Counters, Dirty, SharedState, SmData, SmState};
 use crate::{NodeId, TypeConfig};
+use berth_state::command::{Command, Response};
+use berth_state::{Counters, Dirty, SharedState, SmData, SmState};
 
 /// Version of the on-disk layout. A store written with a higher version is
 /// refused at open; a lower one is migrated at open.
@@ -159,9 +160,11 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
     check_format(&db, path)?;
     check_raft_meta(&db, path)?;
 
-    let data = load_state(&db, path)?;
-    let applied_index = data.last_applied.map(|l| l.index).unwrap_or(0);
-    let state: SharedState = Arc::new(RwLock::new(SmState::from_data(data)));
+    let (applied_meta, data) = load_state(&db, path)?;
+    let applied_index = applied_meta.last_applied.map(|l| l.index).unwrap_or(0);
+    let mut loaded = SmState::from_data(data);
+    loaded.set_applied_index(applied_index);
+    let state: SharedState = Arc::new(RwLock::new(loaded));
     let (applied_tx, applied) = watch::channel(applied_index);
     let preallocator =
         wal_prealloc::WalPreallocator::start(path.to_path_buf()).map_err(|source| {
@@ -188,6 +191,7 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
         state_machine: StateMachineStore {
             db,
             state: state.clone(),
+            applied_meta,
             applied_tx: Arc::new(applied_tx),
             snapshot_lock: Arc::new(Mutex::new(())),
         },
@@ -439,18 +443,19 @@ fn check_raft_meta(db: &DB, path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn load_state(db: &DB, path: &Path) -> Result<SmData, StoreError> {
+fn load_state(db: &DB, path: &Path) -> Result<(AppliedMeta, SmData), StoreError> {
     let corrupt = |what: &str, e: CodecError| StoreError::Corrupt {
         path: path.to_path_buf(),
         detail: format!("{what}: {e}"),
     };
     let meta = cf(db, CF_SM_META);
     let mut data = SmData::default();
+    let mut applied = AppliedMeta::default();
     if let Some(v) = db.get_cf(meta, KEY_LAST_APPLIED)? {
-        data.last_applied = decode(&v).map_err(|e| corrupt("last applied", e))?;
+        applied.last_applied = decode(&v).map_err(|e| corrupt("last applied", e))?;
     }
     if let Some(v) = db.get_cf(meta, KEY_MEMBERSHIP)? {
-        data.last_membership = decode(&v).map_err(|e| corrupt("membership", e))?;
+        applied.membership = decode(&v).map_err(|e| corrupt("membership", e))?;
     }
     if let Some(v) = db.get_cf(meta, KEY_COUNTERS)? {
         data.counters = decode::<Counters>(&v).map_err(|e| corrupt("counters", e))?;
@@ -463,12 +468,12 @@ fn load_state(db: &DB, path: &Path) -> Result<SmData, StoreError> {
     }
     for item in db.iterator_cf(cf(db, CF_SM_JOBS), IteratorMode::Start) {
         let (_, v) = item?;
-        let record: crate::JobRecord = decode(&v).map_err(|e| corrupt("job", e))?;
+        let record: berth_state::JobRecord = decode(&v).map_err(|e| corrupt("job", e))?;
         data.jobs.insert(record.job.id, record);
     }
     for item in db.iterator_cf(cf(db, CF_SM_HOSTS), IteratorMode::Start) {
         let (_, v) = item?;
-        let record: crate::HostRecord = decode(&v).map_err(|e| corrupt("host", e))?;
+        let record: berth_state::HostRecord = decode(&v).map_err(|e| corrupt("host", e))?;
         data.hosts.insert(record.name.clone(), record);
     }
     for item in db.iterator_cf(cf(db, CF_SM_REQUESTS), IteratorMode::Start) {
@@ -477,7 +482,7 @@ fn load_state(db: &DB, path: &Path) -> Result<SmData, StoreError> {
         data.request_ids
             .insert(String::from_utf8_lossy(&k).into_owned(), job_id);
     }
-    Ok(data)
+    Ok((applied, data))
 }
 
 /// Every handle passed here comes from a DB opened with all of
@@ -787,6 +792,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 pub struct StateMachineStore {
     db: Arc<DB>,
     state: SharedState,
+    /// Where `state` stands in the log; changed only by apply and install
+    /// (a snapshot builder's clone never reads it).
+    applied_meta: AppliedMeta,
     applied_tx: Arc<watch::Sender<u64>>,
     /// Serializes replacing the stored snapshot, so a build that finishes
     /// after an install never overwrites the newer installed snapshot.
@@ -841,7 +849,13 @@ impl StateMachineStore {
         for request_id in &dirty.request_ids_deleted {
             batch.delete_cf(requests, request_id.as_bytes());
         }
-        write_sm_meta(&mut batch, &self.db, &state.data, policy_changed)?;
+        write_sm_meta(
+            &mut batch,
+            &self.db,
+            &self.applied_meta,
+            &state.data,
+            policy_changed,
+        )?;
         self.db.write_opt(batch, &WriteOptions::default())?;
         Ok(())
     }
@@ -862,19 +876,19 @@ impl StateMachineStore {
         ))
     }
 
-    fn read_state(&self) -> std::sync::RwLockReadGuard<'_, SmState> {
-        // A poisoned lock means a panic mid-apply; the state may be half
-        // changed and must not be served.
-        self.state
-            .read()
-            .unwrap_or_else(|_| panic!("state machine lock poisoned"))
+    /// Where the state stands in the log: the last entry applied and the
+    /// membership it holds.
+    pub fn applied_meta(&self) -> &AppliedMeta {
+        &self.applied_meta
     }
+}
 
-    fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, SmState> {
-        self.state
-            .write()
-            .unwrap_or_else(|_| panic!("state machine lock poisoned"))
-    }
+/// The state's write lock. A poisoned lock means a panic mid-apply; the
+/// state may be half changed and must not be served.
+fn write_lock(state: &SharedState) -> std::sync::RwLockWriteGuard<'_, SmState> {
+    state
+        .write()
+        .unwrap_or_else(|_| panic!("state machine lock poisoned"))
 }
 
 /// Puts the state-machine metadata into `batch`; the policy tables and
@@ -883,12 +897,13 @@ impl StateMachineStore {
 fn write_sm_meta(
     batch: &mut WriteBatch,
     db: &DB,
+    applied: &AppliedMeta,
     data: &SmData,
     with_policy: bool,
 ) -> Result<(), StoreError> {
     let meta = cf(db, CF_SM_META);
-    batch.put_cf(meta, KEY_LAST_APPLIED, encode(&data.last_applied)?);
-    batch.put_cf(meta, KEY_MEMBERSHIP, encode(&data.last_membership)?);
+    batch.put_cf(meta, KEY_LAST_APPLIED, encode(&applied.last_applied)?);
+    batch.put_cf(meta, KEY_MEMBERSHIP, encode(&applied.membership)?);
     batch.put_cf(meta, KEY_COUNTERS, encode(&data.counters)?);
     if with_policy {
         batch.put_cf(meta, KEY_POLICY, encode(&data.policy)?);
@@ -905,13 +920,6 @@ fn write_sm_meta(
 /// snapshot's encoding since format 1, which every version installs).
 pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
     serialize_state_at(db, &db.snapshot())
-}
-
-/// The state machine's last applied log id and membership: what a
-/// snapshot of it says in its metadata.
-pub(crate) struct AppliedMeta {
-    pub last_applied: Option<LogId<NodeId>>,
-    pub membership: StoredMembership<NodeId, BasicNode>,
 }
 
 /// The state machine's [`AppliedMeta`] as of `snap`.
@@ -950,11 +958,11 @@ pub(crate) fn serialize_state_at(
         Some(v) => decode(&v)?,
         None => Counters::default(),
     };
-    let policy: crate::policy::PolicyTables = match get(KEY_POLICY)? {
+    let policy: berth_state::policy::PolicyTables = match get(KEY_POLICY)? {
         Some(v) => decode(&v)?,
         None => Default::default(),
     };
-    let usage: crate::policy::UsageState = match get(KEY_USAGE)? {
+    let usage: berth_state::policy::UsageState = match get(KEY_USAGE)? {
         Some(v) => decode(&v)?,
         None => Default::default(),
     };
@@ -1011,10 +1019,10 @@ pub(crate) fn serialize_state_at(
             // version reads.
             match table {
                 CF_SM_JOBS => {
-                    serde_json::to_writer(&mut out, &decode::<crate::JobRecord>(&value)?)?
+                    serde_json::to_writer(&mut out, &decode::<berth_state::JobRecord>(&value)?)?
                 }
                 CF_SM_HOSTS => {
-                    serde_json::to_writer(&mut out, &decode::<crate::HostRecord>(&value)?)?
+                    serde_json::to_writer(&mut out, &decode::<berth_state::HostRecord>(&value)?)?
                 }
                 _ => serde_json::to_writer(&mut out, &decode::<u64>(&value)?)?,
             }
@@ -1125,8 +1133,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     async fn applied_state(
         &mut self,
     ) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>)> {
-        let state = self.read_state();
-        Ok((state.data.last_applied, state.data.last_membership.clone()))
+        Ok((
+            self.applied_meta.last_applied,
+            self.applied_meta.membership.clone(),
+        ))
     }
 
     async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Response>>
@@ -1139,14 +1149,19 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let mut policy_changed = false;
         let applied_index;
         {
-            let mut state = self.write_state();
+            let mut state = write_lock(&self.state);
             for entry in entries {
                 if let EntryPayload::Normal(request) = &entry.payload {
                     policy_changed |= may_change_policy(&request.command);
                 }
-                let response = state
-                    .apply_entry(entry.log_id, &entry.payload, &mut dirty)
-                    .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
+                let response = apply_entry(
+                    &mut state,
+                    &mut self.applied_meta,
+                    entry.log_id,
+                    &entry.payload,
+                    &mut dirty,
+                )
+                .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
                 responses.push(response);
             }
             self.persist(&state, &dirty, policy_changed)
@@ -1177,10 +1192,12 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             .await
             .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
         let bytes_len = bytes.len();
-        let mut data: SmData = serde_json::from_slice(&bytes)
+        let data: SmData = serde_json::from_slice(&bytes)
             .map_err(|e| StorageIOError::read_snapshot(signature.clone(), &e))?;
-        data.last_applied = meta.last_log_id;
-        data.last_membership = meta.last_membership.clone();
+        let applied = AppliedMeta {
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+        };
 
         // One synced batch replaces every table: a crash mid-install leaves
         // the previous state intact.
@@ -1203,7 +1220,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     encode(job_id)?,
                 );
             }
-            write_sm_meta(batch, &self.db, &data, true)?;
+            write_sm_meta(batch, &self.db, &applied, &data, true)?;
             batch.put_cf(cf(&self.db, CF_SM_META), KEY_SNAPSHOT_META, encode(meta)?);
             Ok(())
         };
@@ -1225,8 +1242,10 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         }
         let jobs = data.jobs.len();
         let applied_index = {
-            let mut state = self.write_state();
+            let mut state = write_lock(&self.state);
             *state = SmState::from_data(data);
+            state.set_applied_index(applied.last_applied.map_or(0, |l| l.index));
+            self.applied_meta = applied;
             state.applied_index()
         };
         self.applied_tx.send_replace(applied_index);

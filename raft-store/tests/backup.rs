@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use berth_raft_store::backup::{self, restored_log_id, BACKUP_PREFIX_BYTES};
 use berth_raft_store::store::store_path;
-use berth_raft_store::{open, Backup, BackupError, Command, Request, StoreHandles, TypeConfig};
+use berth_raft_store::{open, Backup, BackupError, StoreHandles, TypeConfig};
 use berth_scheduler::JobSpec;
+use berth_state::{Command, Request};
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::{BasicNode, CommittedLeaderId, Entry, EntryPayload, LogId, Membership};
 use tempfile::TempDir;
@@ -99,10 +100,11 @@ fn backup_round_trip_restores_every_job_under_the_new_membership() {
     let tmp = TempDir::new().expect("tempdir");
     let (path, backup, source) = backup_file(tmp.path());
     let source_state = source.state.read().expect("lock").data.clone();
+    let source_applied = source.state_machine.applied_meta().last_applied;
     assert_eq!(backup.header.jobs, JOBS);
     assert_eq!(backup.header.hosts, 0);
     assert_eq!(backup.header.created_ms, 123);
-    assert_eq!(backup.header.last_log_id, source_state.last_applied);
+    assert_eq!(backup.header.last_log_id, source_applied);
     assert_eq!(backup.header.last_log_id.map(|l| l.index), Some(2 + JOBS));
     assert_eq!(
         backup
@@ -129,7 +131,7 @@ fn backup_round_trip_restores_every_job_under_the_new_membership() {
     assert_eq!(report.store, store_path(&data_dir));
     assert_eq!(report.jobs, JOBS);
     assert_eq!(report.voters, vec![1, 2]);
-    assert_eq!(report.backup_log_id, source_state.last_applied);
+    assert_eq!(report.backup_log_id, source_applied);
     let log_id = restored_log_id(&backup.header);
     assert_eq!(report.restored_log_id, log_id);
     assert_eq!(log_id.index, 2 + JOBS);
@@ -152,8 +154,10 @@ fn backup_round_trip_restores_every_job_under_the_new_membership() {
         assert_eq!(state.data.hosts, source_state.hosts);
         assert_eq!(state.data.request_ids, source_state.request_ids);
         assert_eq!(state.data.counters, source_state.counters);
-        assert_eq!(state.data.last_applied, Some(log_id));
-        let membership = &state.data.last_membership;
+        let applied = restored.state_machine.applied_meta();
+        assert_eq!(applied.last_applied, Some(log_id));
+        assert_eq!(state.applied_index(), log_id.index);
+        let membership = &applied.membership;
         assert_eq!(membership.log_id(), &Some(log_id));
         assert_eq!(
             membership.membership().voter_ids().collect::<Vec<_>>(),

@@ -12,8 +12,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use berth_raft_store::check::check;
-use berth_raft_store::{open, Command as SmCommand, Request, TypeConfig};
+use berth_raft_store::{open, TypeConfig};
 use berth_scheduler::JobSpec;
+use berth_state::{Command as SmCommand, Request};
 use openraft::storage::RaftStateMachine;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 
@@ -139,7 +140,7 @@ fn whole_state(store: &Path, round: u64) -> &'static str {
     let state = handles.state.read().expect("state lock");
     let data = &state.data;
     let jobs = data.jobs.len() as u64;
-    let applied = data.last_applied.map_or(0, |l| l.index);
+    let applied = state.applied_index();
     let name_of_first = data.jobs.values().next().map(|r| r.job.spec.name.clone());
     if jobs == OLD_JOBS
         && data.counters.next_job_id == OLD_JOBS + 1

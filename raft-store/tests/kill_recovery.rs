@@ -133,10 +133,15 @@ fn verify(path: &Path, acked: &BTreeMap<u64, String>, run: u32) -> u64 {
             "run {run}: request table disagrees"
         );
     }
-    if let Some(applied) = state.data.last_applied {
+    if let Some(applied) = handles
+        .state_machine
+        .applied_meta()
+        .last_applied
+        .map(|l| l.index)
+    {
         let last_log = report.last_log_id.or(report.last_purged).map(|l| l.index);
         assert!(
-            last_log.is_some_and(|l| applied.index <= l),
+            last_log.is_some_and(|l| applied <= l),
             "run {run}: applied past the log"
         );
     }

@@ -26,13 +26,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use berth_raft_store::command::{Command, JobAction, Response};
-use berth_raft_store::policy::PolicyChange;
-use berth_raft_store::state::{Dirty, SmData};
-use berth_raft_store::SmState;
 use berth_scheduler::{
     schedule, Account, HostState, Inventory, JobId, JobSpec, JobState, Policy, Qos, Snapshot,
 };
+use berth_state::command::{Command, JobAction, Response};
+use berth_state::policy::PolicyChange;
+use berth_state::SmState;
+use berth_state::{Dirty, SmData};
 
 /// Commands per seed.
 const STEPS: u32 = 2_500;

@@ -36,10 +36,11 @@ use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use berth_raft_store::command::{Command, Request, Response};
-use berth_raft_store::state::{Dirty, SmData};
-use berth_raft_store::SmState;
+use berth_raft_store::{apply_entry, AppliedMeta};
 use berth_scheduler::JobSpec;
+use berth_state::command::{Command, Request, Response};
+use berth_state::SmState;
+use berth_state::{Dirty, SmData};
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -331,9 +332,11 @@ impl RaftLogStorage<SimConfig> for MemLog {
 #[derive(Debug, Default)]
 struct SmInner {
     state: SmState,
-    /// The state's data as of the node's last synced write (None: nothing
-    /// applied was durable yet), what a crash leaves.
-    durable: Option<Vec<u8>>,
+    /// Where `state` stands in the log.
+    meta: AppliedMeta,
+    /// The state's data, and where it stood, as of the node's last synced
+    /// write (None: nothing applied was durable yet), what a crash leaves.
+    durable: Option<(AppliedMeta, Vec<u8>)>,
     snapshot: Option<(SnapshotMeta<NodeId, BasicNode>, Vec<u8>)>,
     snapshots_built: u64,
 }
@@ -352,14 +355,19 @@ impl MemSm {
     /// many applied entries it lacks; its snapshot kept.
     fn reloaded(&self) -> (MemSm, u64) {
         let inner = self.inner();
-        let state = match &inner.durable {
-            Some(bytes) => SmState::from_data(serde_json::from_slice(bytes).expect("data reads")),
-            None => SmState::default(),
+        let (meta, state) = match &inner.durable {
+            Some((meta, bytes)) => {
+                let mut state =
+                    SmState::from_data(serde_json::from_slice(bytes).expect("data reads"));
+                state.set_applied_index(meta.last_applied.map_or(0, |l| l.index));
+                (meta.clone(), state)
+            }
+            None => (AppliedMeta::default(), SmState::default()),
         };
-        let index = |s: &SmState| s.data.last_applied.map_or(0, |l| l.index);
-        let behind = index(&inner.state) - index(&state);
+        let behind = inner.state.applied_index() - state.applied_index();
         let sm = MemSm(Arc::new(Mutex::new(SmInner {
             state,
+            meta,
             durable: inner.durable.clone(),
             snapshot: inner.snapshot.clone(),
             snapshots_built: inner.snapshots_built,
@@ -369,7 +377,7 @@ impl MemSm {
 
     fn make_durable(&self) {
         let mut inner = self.inner();
-        inner.durable = Some(data_bytes(&inner.state));
+        inner.durable = Some((inner.meta.clone(), data_bytes(&inner.state)));
     }
 }
 
@@ -382,14 +390,14 @@ impl RaftSnapshotBuilder<SimConfig> for MemSm {
         let mut inner = self.inner();
         inner.snapshots_built += 1;
         let bytes = data_bytes(&inner.state);
-        let last = inner.state.data.last_applied;
+        let last = inner.meta.last_applied;
         let meta = SnapshotMeta {
             last_log_id: last,
-            last_membership: inner.state.data.last_membership.clone(),
+            last_membership: inner.meta.membership.clone(),
             snapshot_id: format!("{}-{}", last.map_or(0, |l| l.index), inner.snapshots_built),
         };
         inner.snapshot = Some((meta.clone(), bytes.clone()));
-        inner.durable = Some(bytes.clone());
+        inner.durable = Some((inner.meta.clone(), bytes.clone()));
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(bytes)),
@@ -404,10 +412,7 @@ impl RaftStateMachine<SimConfig> for MemSm {
         &mut self,
     ) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>)> {
         let inner = self.inner();
-        Ok((
-            inner.state.data.last_applied,
-            inner.state.data.last_membership.clone(),
-        ))
+        Ok((inner.meta.last_applied, inner.meta.membership.clone()))
     }
 
     async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Response>>
@@ -415,13 +420,18 @@ impl RaftStateMachine<SimConfig> for MemSm {
         I: IntoIterator<Item = Entry<SimConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut inner = self.inner();
+        let mut guard = self.inner();
+        let inner = &mut *guard;
         let mut out = Vec::new();
         for entry in entries {
-            let response = inner
-                .state
-                .apply_entry(entry.log_id, &entry.payload, &mut Dirty::default())
-                .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
+            let response = apply_entry(
+                &mut inner.state,
+                &mut inner.meta,
+                entry.log_id,
+                &entry.payload,
+                &mut Dirty::default(),
+            )
+            .map_err(|e| StorageIOError::apply(entry.log_id, &e))?;
             out.push(response);
         }
         Ok(out)
@@ -441,13 +451,18 @@ impl RaftStateMachine<SimConfig> for MemSm {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
         let bytes = snapshot.into_inner();
-        let mut data: SmData = serde_json::from_slice(&bytes)
+        let data: SmData = serde_json::from_slice(&bytes)
             .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        data.last_applied = meta.last_log_id;
-        data.last_membership = meta.last_membership.clone();
         let mut inner = self.inner();
         inner.state = SmState::from_data(data);
-        inner.durable = Some(data_bytes(&inner.state));
+        inner
+            .state
+            .set_applied_index(meta.last_log_id.map_or(0, |l| l.index));
+        inner.meta = AppliedMeta {
+            last_applied: meta.last_log_id,
+            membership: meta.last_membership.clone(),
+        };
+        inner.durable = Some((inner.meta.clone(), data_bytes(&inner.state)));
         inner.snapshot = Some((meta.clone(), bytes));
         Ok(())
     }
@@ -862,7 +877,7 @@ async fn run(seed: u64) -> (Vec<String>, Vec<String>, usize) {
                 cluster
                     .machines
                     .get(&id)
-                    .and_then(|m| m.inner().state.data.last_applied.map(|l| l.index))
+                    .and_then(|m| m.inner().meta.last_applied.map(|l| l.index))
             })
             .collect();
         let last = cluster

@@ -25,9 +25,10 @@
 //! - [`reason`]: Slurm reason codes with their words;
 //! - [`resv`]: admin reservations (windows on hosts, maintenance);
 //! - [`multipath`]: reservations held on every alternative of a job;
-//! - [`signal`]: signal names and `--signal=[B:]SIG[@SECONDS]`;
-//! - [`sim`]: the deterministic simulator behind `berth sim` (pure: it
-//!   takes text and returns text; the CLI reads the files).
+//! - [`signal`]: signal names and `--signal=[B:]SIG[@SECONDS]`.
+//!
+//! The deterministic simulator behind `berth sim` is its own crate,
+//! `berth-sim`, which drives this one.
 
 pub mod array;
 pub mod assoc;
@@ -55,7 +56,6 @@ pub mod reason;
 mod reclaim;
 pub mod resv;
 pub mod signal;
-pub mod sim;
 pub mod usage;
 
 pub use assoc::{Account, UserRecord};
@@ -75,4 +75,4 @@ pub use pass::{
 pub use qos::{Limits, Qos, QosFlags, TresKind, TresLimits};
 pub use reason::{LimitKind, LimitScope, Reason};
 pub use resv::AdminReservation;
-pub use usage::Usage;
+pub use usage::{RunCharge, Usage};

@@ -39,7 +39,9 @@ pub fn job_tres(shape: &Shape) -> TresAmounts {
     per_host_tres(shape.per_host, nodes)
 }
 
-fn per_host_tres(per_host: Resources, nodes: u64) -> TresAmounts {
+/// What `nodes` hosts each holding `per_host` hold in TRES: what a run is
+/// counted and charged as, over all its hosts.
+pub fn per_host_tres(per_host: Resources, nodes: u64) -> TresAmounts {
     TresAmounts([
         nodes,
         u64::from(per_host.cpus).saturating_mul(nodes),

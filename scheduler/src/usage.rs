@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::Catalog;
+use crate::limits::per_host_tres;
+use crate::model::Resources;
 use crate::qos::{TresAmounts, TresKind};
 
 /// Decayed usage of one account or QOS.
@@ -96,6 +99,22 @@ impl Usage {
         }
         apply(self.qos.entry(qos.to_string()).or_default());
     }
+
+    /// Charges `elapsed_s` of a run to the account lineage and QOS it runs
+    /// under (`catalog` resolves the `user`'s `account` and `qos` as asked,
+    /// "" for the defaults), times that QOS's usage factor: every one of
+    /// its `hosts` hosts, each holding `per_host`. The one rule by which
+    /// the cluster's state machine and the simulator charge a run.
+    pub fn charge_run(&mut self, catalog: &Catalog<'_>, run: &RunCharge<'_>, elapsed_s: f64) {
+        let account = catalog.account_of(run.user, run.account);
+        let qos = catalog.qos_name_of(run.qos, account);
+        let factor = catalog.qos(qos).map_or(1.0, |q| q.usage_factor);
+        let lineage = account
+            .map(|a| catalog.lineage(&a.name))
+            .unwrap_or_default();
+        let tres = per_host_tres(run.per_host, run.hosts);
+        self.accrue(&lineage, qos, &tres, elapsed_s, factor);
+    }
 }
 
 #[cfg(test)]
@@ -120,4 +139,17 @@ mod tests {
         assert_eq!(usage.accounts["a"].billing(), 40.0);
         assert_eq!(usage.qos["q"].billing(), 80.0);
     }
+}
+
+/// A run to charge: who asked for it, under what, and what it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct RunCharge<'a> {
+    pub user: &'a str,
+    /// As the job asked it; "" for the user's default.
+    pub account: &'a str,
+    /// As the job asked it; "" for the account's default.
+    pub qos: &'a str,
+    /// How many hosts it holds, each `per_host`.
+    pub hosts: u64,
+    pub per_host: Resources,
 }

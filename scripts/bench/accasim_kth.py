@@ -4,7 +4,7 @@ backfilling dispatcher with a first-fit allocator, and print one JSON
 summary line with the same figures `berth sim swf` prints: jobs counted,
 mean wait and mean bounded slowdown (10 s bound).
 
-Job reading follows Berth's `scheduler/src/sim/swf.rs` unless --stock:
+Job reading follows Berth's `sim/src/swf.rs` unless --stock:
   * processors: field 5 (allocated) when > 0, else field 8 (requested);
   * a line with no run time (field 4 <= 0) or no processors is dropped,
     and so is one asking for more processors than the cluster has;
@@ -25,7 +25,7 @@ so nothing keeps a backfilled job off the head's nodes (see BENCHMARKS.md).
 Metrics are computed here, from each finished job's queued, start and end
 times (AccaSim's own "slowdown" is not bounded):
   wait = start - submit;  bsld = max((wait + run) / max(run, 10), 1)
-with run = end - start, as in `scheduler/src/sim/engine.rs`.
+with run = end - start, as in `sim/src/engine.rs`.
 """
 
 import argparse

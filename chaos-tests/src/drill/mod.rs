@@ -691,7 +691,7 @@ fn store_digests(cluster: &LocalCluster, nodes: u64) -> Result<Digests, DrillErr
             .map_err(|_| step("reading a store")("state lock poisoned".into()))?;
         let bytes = serde_json::to_vec(&state.data)
             .map_err(|e| step("encoding a store's state")(e.to_string()))?;
-        let applied = state.data.last_applied.map_or(0, |l| l.index);
+        let applied = state.applied_index();
         out.push((id, applied, format!("{:016x}", fnv64(&bytes))));
     }
     Ok(Digests(out))

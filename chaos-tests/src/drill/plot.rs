@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use berth_scheduler::sim::plot::escape;
+use berth_sim::plot::escape;
 
 const WIDTH_PX: f64 = 720.0;
 const HEIGHT_PX: f64 = 360.0;

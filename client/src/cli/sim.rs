@@ -1,17 +1,15 @@
 //! `berth sim`: the simulator (SIM.md). The scheduling and the simulation
-//! are `berth_scheduler::sim`, pure; this module reads the files (and
+//! are `berth_sim`, pure; this module reads the files (and
 //! un-gzips traces) and measures wall time, which the library may not.
 
 use super::output;
 use anyhow::{bail, Context as _, Result};
-use berth_scheduler::sim::bench::{
-    bench_policy, bench_snapshot, time_passes, BenchReport, PassClock,
-};
-use berth_scheduler::sim::farm::{run_farm, FarmConfig};
-use berth_scheduler::sim::plot::timeline_svg;
-use berth_scheduler::sim::run_scenario;
-use berth_scheduler::sim::swf::{run_swf_with, summary_line, SwfOptions};
-use berth_scheduler::sim::Progress;
+use berth_sim::bench::{bench_policy, bench_snapshot, time_passes, BenchReport, PassClock};
+use berth_sim::farm::{run_farm, FarmConfig};
+use berth_sim::plot::timeline_svg;
+use berth_sim::run_scenario;
+use berth_sim::swf::{run_swf_with, summary_line, SwfOptions};
+use berth_sim::Progress;
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::{IsTerminal as _, Read, Write as _};
 use std::path::{Path, PathBuf};

@@ -39,6 +39,7 @@ pub const OPENAPI_JSON: &str = include_str!("openapi.json");
 /// Every (method, path) the router serves; the tests check that each is
 /// served, that the router serves no other method on these paths, and
 /// that the OpenAPI document lists exactly these.
+#[cfg(test)]
 pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/openapi.json"),
     ("POST", "/v1/jobs"),

@@ -51,17 +51,6 @@ pub const UI_EVENTS_MAX: usize = 256;
 /// The cookie a browser may carry the caller's token in.
 pub const TOKEN_COOKIE: &str = "berth_token";
 
-/// Every path the UI serves (all GET).
-pub const ROUTES: &[&str] = &[
-    "/ui",
-    "/ui/",
-    "/ui/queue",
-    "/ui/jobs/{id}",
-    "/ui/hosts",
-    "/ui/cluster",
-    "/ui/fairshare",
-];
-
 struct UiState {
     api: Arc<ApiService>,
     leaders: track::SharedWatch,

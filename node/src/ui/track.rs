@@ -85,6 +85,7 @@ impl LeaderWatch {
     }
 
     /// The last change from one known leader to another: a failover.
+    #[cfg(test)]
     pub fn last_failover(&self) -> Option<LeaderChange> {
         self.changes
             .iter()

@@ -1,8 +1,9 @@
 //! What the store examples submit (shared through `mod common;`; a folder,
 //! so cargo does not take it for an example of its own).
 
-use berth_raft_store::{Command, Request, TypeConfig};
+use berth_raft_store::TypeConfig;
 use berth_scheduler::JobSpec;
+use berth_state::{Command, Request};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
 
 /// The log entry at `index` (term 1, node 1) carrying `command`.

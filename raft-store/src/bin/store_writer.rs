@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_raft_store::{open, Command, NodeId, Raft, Request, Response, TypeConfig};
+use berth_raft_store::{open, NodeId, Raft, TypeConfig};
 use berth_scheduler::JobSpec;
+use berth_state::{Command, Request, Response};
 use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{

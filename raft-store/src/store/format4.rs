@@ -27,9 +27,9 @@ use super::{
     KEY_POLICY, KEY_SNAPSHOT_META, KEY_USAGE, KEY_VOTE,
 };
 use crate::codec::Encoding;
-use crate::policy::{PolicyTables, UsageState};
-use crate::state::{Counters, HostRecord, JobRecord};
 use crate::{NodeId, TypeConfig};
+use berth_state::policy::{PolicyTables, UsageState};
+use berth_state::{Counters, HostRecord, JobRecord};
 
 /// The first format whose values are MessagePack.
 pub(crate) const FORMAT_MESSAGEPACK: u32 = 4;

@@ -7,8 +7,8 @@ use openraft::{CommittedLeaderId, EntryPayload};
 use tempfile::TempDir;
 
 use super::*;
-use crate::command::Request;
-use crate::policy::PolicyChange;
+use berth_state::command::Request;
+use berth_state::policy::PolicyChange;
 
 fn entry(index: u64, command: Command) -> Entry<TypeConfig> {
     Entry {
@@ -112,7 +112,7 @@ fn a_submit_changes_neither_policy_nor_usage() {
     let before = policy_json(&state);
     assert_ne!(
         before.1,
-        serde_json::to_string(&crate::policy::UsageState::default()).expect("usage"),
+        serde_json::to_string(&berth_state::policy::UsageState::default()).expect("usage"),
         "a running job under an account accrues usage"
     );
     for n in 0..3 {

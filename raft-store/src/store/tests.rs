@@ -110,7 +110,7 @@ fn newer_format_is_refused() {
 use berth_scheduler::{Inventory, JobSpec, Placement};
 use openraft::{CommittedLeaderId, EntryPayload};
 
-use crate::command::{Command, Request};
+use berth_state::command::{Command, Request};
 
 fn log_id(term: u64, index: u64) -> LogId<NodeId> {
     LogId::new(CommittedLeaderId::new(term, 1), index)
@@ -227,9 +227,9 @@ fn placement(job_id: u64, host: &str, resources: berth_scheduler::Resources) -> 
     .expect("placement")
 }
 
+/// The same data; where each stands in the log is the stores' to compare
+/// (`AppliedMeta`).
 fn same_state(a: &SmState, b: &SmState) {
-    assert_eq!(a.data.last_applied, b.data.last_applied);
-    assert_eq!(a.data.last_membership, b.data.last_membership);
     assert_eq!(a.data.counters, b.data.counters);
     assert_eq!(a.data.jobs, b.data.jobs);
     assert_eq!(a.data.hosts, b.data.hosts);
@@ -318,7 +318,7 @@ fn truncated_or_garbage_manifest_is_refused() {
             Err(e) => panic!("manifest (truncate={truncate}): wrong error: {e}"),
             Ok(h) => panic!(
                 "manifest (truncate={truncate}): a damaged store was opened: {:?} jobs={} cfs={:?}",
-                h.state.read().expect("lock").data.last_applied,
+                h.state_machine.applied_meta.last_applied,
                 h.state.read().expect("lock").data.jobs.len(),
                 DB::list_cf(&Options::default(), dir.path())
             ),
@@ -473,7 +473,7 @@ fn older_format_store_of(
     format: u32,
     jobs: u64,
     write_snapshot: impl FnOnce(&DB),
-) -> SmData {
+) -> (AppliedMeta, SmData) {
     assert!(format < format4::FORMAT_MESSAGEPACK);
     let handles = populated(dir, jobs);
     let db = handles.log.db.clone();
@@ -486,7 +486,7 @@ fn older_format_store_of(
     )
     .expect("put");
     let data = handles.state.read().expect("lock").data.clone();
-    data
+    (handles.state_machine.applied_meta.clone(), data)
 }
 
 /// Rewrites every stored value as JSON, as formats 1 to 3 stored them.
@@ -549,7 +549,7 @@ fn format_1_snapshot_is_migrated() {
         .block_on(handles.state_machine.get_current_snapshot())
         .expect("read")
         .expect("a snapshot");
-    let applied = handles.state.read().expect("lock").data.last_applied;
+    let applied = handles.state_machine.applied_meta.last_applied;
     assert_eq!(snapshot.meta.last_log_id, applied);
 }
 
@@ -603,7 +603,7 @@ fn assert_all_messagepack(db: &DB) {
 #[test]
 fn format_3_json_values_are_converted() {
     let dir = TempDir::new().expect("tempdir");
-    let before = older_format_store_of(dir.path(), 3, 12, |_| {});
+    let (applied_before, before) = older_format_store_of(dir.path(), 3, 12, |_| {});
     let report = crate::check::check(dir.path()).expect("check");
     assert!(
         report.is_ok(),
@@ -620,6 +620,7 @@ fn format_3_json_values_are_converted() {
     {
         let state = handles.state.read().expect("lock");
         same_state(&SmState::from_data(before.clone()), &state);
+        assert_eq!(handles.state_machine.applied_meta, applied_before);
         assert_eq!(state.data.policy, before.policy);
         assert_eq!(state.data.usage, before.usage);
     }
@@ -638,7 +639,7 @@ fn format_3_json_values_are_converted() {
 #[test]
 fn an_interrupted_conversion_resumes() {
     let dir = TempDir::new().expect("tempdir");
-    let before = older_format_store_of(dir.path(), 3, 20, |_| {});
+    let (applied_before, before) = older_format_store_of(dir.path(), 3, 20, |_| {});
     {
         // What a crash leaves: three batches of five values written (the
         // metadata, then ten log entries), the rest still JSON.
@@ -679,6 +680,7 @@ fn an_interrupted_conversion_resumes() {
         &SmState::from_data(before),
         &handles.state.read().expect("lock"),
     );
+    assert_eq!(handles.state_machine.applied_meta, applied_before);
 }
 
 /// The store's RocksDB opened without `open`'s format check, which would
@@ -720,7 +722,7 @@ fn snapshot_round_trip(jobs: u64) {
         .expect("build");
     assert_eq!(
         snapshot.meta.last_log_id,
-        source.state.read().expect("lock").data.last_applied
+        source.state_machine.applied_meta.last_applied
     );
     let current = rt
         .block_on(source.state_machine.get_current_snapshot())
@@ -748,11 +750,19 @@ fn snapshot_round_trip(jobs: u64) {
         &source.state.read().expect("lock"),
         &target.state.read().expect("lock"),
     );
+    assert_eq!(
+        target.state_machine.applied_meta,
+        source.state_machine.applied_meta
+    );
     drop(target);
     let reopened = open(target_dir.path()).expect("reopen target");
     same_state(
         &source.state.read().expect("lock"),
         &reopened.state.read().expect("lock"),
+    );
+    assert_eq!(
+        reopened.state_machine.applied_meta,
+        source.state_machine.applied_meta
     );
     let report = crate::check::check(target_dir.path()).expect("check");
     assert!(report.snapshot.is_some());
@@ -776,7 +786,7 @@ fn apply_goes_on_while_a_snapshot_is_built() {
     let dir = TempDir::new().expect("tempdir");
     let mut handles = populated(dir.path(), 2_000);
     let rt = runtime();
-    let before = handles.state.read().expect("lock").data.last_applied;
+    let before = handles.state_machine.applied_meta.last_applied;
     let guard = handles.state.write().expect("lock");
     // With the state write-locked (as apply holds it), a build completes.
     let snapshot = rt
@@ -821,7 +831,8 @@ fn a_snapshot_reads_as_of_its_metadata_whatever_is_applied_after() {
         let bytes = rt.block_on(snapshot.snapshot.into_bytes()).expect("bytes");
         let data: SmData = serde_json::from_slice(&bytes).expect("decode");
         assert_eq!(data.jobs.len(), 20);
-        assert_eq!(data.last_applied, snapshot.meta.last_log_id);
+        let head: SnapshotHead = serde_json::from_slice(&bytes).expect("decode");
+        assert_eq!(head.last_applied, snapshot.meta.last_log_id);
     }
     // A snapshot asked for now is the newer state, under newer metadata.
     let now = rt
@@ -1099,4 +1110,10 @@ fn a_crash_with_the_live_wal_extended_past_its_writes_loses_nothing() {
     let report = crate::check::check(&crashed).expect("check");
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(report.jobs, JOBS);
+}
+
+/// Where a snapshot's bytes say their state stands in the log.
+#[derive(serde::Deserialize)]
+struct SnapshotHead {
+    last_applied: Option<LogId<NodeId>>,
 }

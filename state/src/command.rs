@@ -238,7 +238,7 @@ pub enum Command {
         job_id: JobId,
         alloc_id: u64,
         host: String,
-        report: crate::state::StepReport,
+        report: crate::StepReport,
         now_ms: u64,
     },
     /// A change to the policy tables (QOS, accounts, users, partitions).
@@ -385,7 +385,7 @@ pub enum Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Dirty, SmState};
+    use crate::{Dirty, SmState};
 
     fn submit(request_id: &str) -> Command {
         Command::SubmitJob {

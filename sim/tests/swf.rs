@@ -1,6 +1,6 @@
 //! Trace replay on the first 2000 jobs of the KTH SP2 log (tests/data).
 
-use berth_scheduler::sim::swf::{run_swf, summary_line, SwfOptions};
+use berth_sim::swf::{run_swf, summary_line, SwfOptions};
 
 const KTH: &str = include_str!("data/kth-sp2-first-2000.swf");
 

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::model::JobId;
-use crate::multipath::MultiPathReservation;
+use berth_scheduler::model::JobId;
+use berth_scheduler::multipath::MultiPathReservation;
 
 /// (path, promised start in ms) of each alternative a job holds.
 type Paths = Vec<(usize, u64)>;

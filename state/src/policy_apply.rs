@@ -6,8 +6,8 @@
 
 use berth_scheduler::catalog::Catalog;
 use berth_scheduler::limits::{self, Charge, LimitRequest, SubmitCounts, Tally};
-use berth_scheduler::qos::{TresAmounts, TresKind, NORMAL_QOS};
-use berth_scheduler::usage::Usage;
+use berth_scheduler::qos::NORMAL_QOS;
+use berth_scheduler::usage::{RunCharge, Usage};
 use berth_scheduler::{
     EvictCause, Job, JobId, JobSpec, JobState, PendingJob, Qos, Shape, Snapshot,
 };
@@ -407,26 +407,20 @@ impl SmState {
     }
 }
 
-/// Adds `elapsed_s` of `job`'s allocation to its account lineage and QOS.
+/// Charges `elapsed_s` of `job`'s allocation, on every host it holds, to
+/// its account lineage and QOS.
 fn accrue_run(usage: &mut Usage, catalog: &Catalog<'_>, job: &Job, elapsed_s: f64) {
     let Some(alloc) = &job.alloc else {
         return;
     };
-    let spec = &job.spec;
-    let account = catalog.account_of(&spec.user, &spec.account);
-    let qos = catalog.qos_name_of(&spec.qos, account);
-    let factor = catalog.qos(qos).map_or(1.0, |q| q.usage_factor);
-    let lineage = account
-        .map(|a| catalog.lineage(&a.name))
-        .unwrap_or_default();
-    let r = alloc.resources;
-    let mut tres = TresAmounts::default();
-    tres.set(TresKind::Node, 1);
-    tres.set(TresKind::Cpu, u64::from(r.cpus));
-    tres.set(TresKind::Mem, r.mem_mb);
-    tres.set(TresKind::Gpu, u64::from(r.gpus));
-    tres.set(TresKind::Emu, u64::from(r.emu));
-    usage.accrue(&lineage, qos, &tres, elapsed_s, factor);
+    let run = RunCharge {
+        user: &job.spec.user,
+        account: &job.spec.account,
+        qos: &job.spec.qos,
+        hosts: alloc.hosts().count() as u64,
+        per_host: alloc.resources,
+    };
+    usage.charge_run(catalog, &run, elapsed_s);
 }
 
 /// A submitted spec as the scheduler sees a pending job.

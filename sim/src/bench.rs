@@ -7,12 +7,14 @@ use serde::Serialize;
 
 use std::sync::Arc;
 
-use crate::assoc::{Account, UserRecord};
-use crate::model::{Host, HostState, Inventory, Resources};
-use crate::partition::Partition;
-use crate::pass::{schedule, PendingJob, Policy, PriorityWeights, RunningJob, Shape, Snapshot};
-use crate::qos::{Qos, TresKind};
-use crate::usage::UsageRecord;
+use berth_scheduler::assoc::{Account, UserRecord};
+use berth_scheduler::model::{Host, HostState, Inventory, Resources};
+use berth_scheduler::partition::Partition;
+use berth_scheduler::pass::{
+    schedule, PendingJob, Policy, PriorityWeights, RunningJob, Shape, Snapshot,
+};
+use berth_scheduler::qos::{Qos, TresKind};
+use berth_scheduler::usage::UsageRecord;
 
 /// splitmix64 (Steele, Lea, Flood 2014): small, fast, and good enough to
 /// spread a benchmark's jobs.
@@ -520,7 +522,7 @@ impl BenchReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pass::schedule;
+    use berth_scheduler::pass::schedule;
 
     #[test]
     fn same_seed_same_state_and_the_pass_starts_work() {

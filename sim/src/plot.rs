@@ -4,14 +4,14 @@
 
 use std::fmt::Write as _;
 
-use super::engine::TimelinePoint;
+use crate::engine::TimelinePoint;
 
 const WIDTH_PX: f64 = 900.0;
 const HEIGHT_PX: f64 = 360.0;
 const MARGIN_PX: f64 = 60.0;
 
 /// The SVG text for `points` (at most
-/// [`TIMELINE_POINTS_MAX`](super::engine::TIMELINE_POINTS_MAX) of them,
+/// [`TIMELINE_POINTS_MAX`](crate::engine::TIMELINE_POINTS_MAX) of them,
 /// so the text stays small); `title` is escaped.
 pub fn timeline_svg(points: &[TimelinePoint], title: &str) -> String {
     let first_s = points.first().map_or(0, |p| p.t_s);

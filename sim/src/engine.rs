@@ -13,20 +13,24 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::multipath_log;
-use super::SimError;
-use crate::assoc::UserRecord;
-use crate::catalog::Catalog;
-use crate::deps::{self, DependencySpec};
-use crate::fit::fits;
-use crate::layout::HostLayout;
-use crate::limits::{self, SubmitCounts};
-use crate::model::{Host, HostState, JobId, JobState, Resources};
-use crate::pass::{schedule_in, ArrayTask, PendingJob, Policy, RunningJob, Snapshot};
-use crate::preempt::{exempt_s, PreemptCounters};
-use crate::qos::{Qos, TresAmounts, TresKind};
-use crate::reason::Reason;
-use crate::resv;
+use berth_scheduler::assoc::UserRecord;
+use berth_scheduler::catalog::Catalog;
+use berth_scheduler::deps::{self, DependencySpec};
+use berth_scheduler::fit::fits;
+use berth_scheduler::limits::{self, SubmitCounts};
+use berth_scheduler::model::{Host, HostState, JobId, JobState, Resources};
+use berth_scheduler::pass::{
+    schedule_in, ArrayTask, PendingJob, Plan, Policy, RunningJob, Snapshot,
+};
+use berth_scheduler::preempt::{exempt_s, PreemptCounters};
+use berth_scheduler::qos::Qos;
+use berth_scheduler::reason::Reason;
+use berth_scheduler::resv;
+use berth_scheduler::usage::RunCharge;
+use berth_scheduler::HostLayout;
+
+use crate::multipath_log;
+use crate::SimError;
 
 /// One submission.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -769,7 +773,7 @@ impl Engine<'_> {
     /// Keeps the multi-path reservations the pass made (for the next
     /// dispatch line and `max_reserve_time_s`) and writes a `reserve` line
     /// for each pending job whose held alternatives changed.
-    fn note_multipath(&mut self, plan: &crate::pass::Plan, t_s: u64) -> Result<(), SimError> {
+    fn note_multipath(&mut self, plan: &Plan, t_s: u64) -> Result<(), SimError> {
         let now_ms = t_s.saturating_mul(1000);
         let changes = self.multipath.update(&plan.multipath);
         for change in changes {
@@ -838,33 +842,18 @@ impl Engine<'_> {
         };
         let ran_s = t_s.saturating_sub(self.runs[idx].start_s.unwrap_or(t_s)) as f64;
         let spec = &self.input.jobs[idx].spec;
-        let catalog = Catalog::new(&self.world);
-        let account = catalog.account_of(&spec.user, &spec.account);
-        let qos_name = catalog.qos_name_of(&spec.qos, account).to_string();
-        let factor = catalog.qos(&qos_name).map_or(1.0, |q| q.usage_factor);
-        let lineage: Vec<String> = account
-            .map(|a| catalog.lineage(&a.name))
-            .unwrap_or_default()
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        let tres = run_tres(hosts.len() as u64, *per_host);
-        let refs: Vec<&str> = lineage.iter().map(String::as_str).collect();
-        self.world
-            .usage
-            .accrue(&refs, &qos_name, &tres, ran_s, factor);
+        let run = RunCharge {
+            user: &spec.user,
+            account: &spec.account,
+            qos: &spec.qos,
+            hosts: hosts.len() as u64,
+            per_host: *per_host,
+        };
+        // The catalog reads the policy, not the usage it charges.
+        let mut usage = std::mem::take(&mut self.world.usage);
+        usage.charge_run(&Catalog::new(&self.world), &run, ran_s);
+        self.world.usage = usage;
     }
-}
-
-/// What a run holds in TRES over its `n` hosts.
-fn run_tres(n: u64, per_host: Resources) -> TresAmounts {
-    let mut tres = TresAmounts::default();
-    tres.set(TresKind::Node, n);
-    tres.set(TresKind::Cpu, u64::from(per_host.cpus) * n);
-    tres.set(TresKind::Mem, per_host.mem_mb * n);
-    tres.set(TresKind::Gpu, u64::from(per_host.gpus) * n);
-    tres.set(TresKind::Emu, u64::from(per_host.emu) * n);
-    tres
 }
 
 /// How many hosts have at least so many CPUs free: counted by value where
@@ -1128,14 +1117,14 @@ impl Engine<'_> {
                     continue;
                 }
                 let spec = &self.input.jobs[i].spec;
-                let account = catalog.account_of(&spec.user, &spec.account);
-                let qos_name = catalog.qos_name_of(&spec.qos, account);
-                let factor = catalog.qos(qos_name).map_or(1.0, |q| q.usage_factor);
-                let lineage = account
-                    .map(|a| catalog.lineage(&a.name))
-                    .unwrap_or_default();
-                let tres = run_tres(hosts.len() as u64, *per_host);
-                usage.accrue(&lineage, qos_name, &tres, elapsed_s, factor);
+                let run = RunCharge {
+                    user: &spec.user,
+                    account: &spec.account,
+                    qos: &spec.qos,
+                    hosts: hosts.len() as u64,
+                    per_host: *per_host,
+                };
+                usage.charge_run(&catalog, &run, elapsed_s);
             }
         }
         self.world.usage = usage;

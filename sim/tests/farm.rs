@@ -2,7 +2,7 @@
 //! seeded farm (64 groups, long exclusive jobs with 12 alternatives, small
 //! filler jobs) with `reserve_all_alternatives` off and on.
 
-use berth_scheduler::sim::farm::{run_farm, FarmConfig, FarmFigures};
+use berth_sim::farm::{run_farm, FarmConfig, FarmFigures};
 
 fn both(config: &FarmConfig) -> (FarmFigures, FarmFigures) {
     let single = run_farm(config, false).unwrap_or_else(|e| panic!("{e}"));
@@ -30,7 +30,7 @@ fn small_farm_runs_both_ways_deterministically() {
 }
 
 /// The measurement docs/multi-path.md reports (about a minute in release):
-/// `cargo test -p berth-scheduler --release --test farm -- --ignored --nocapture`
+/// `cargo test -p berth-sim --release --test farm -- --ignored --nocapture`
 #[test]
 #[ignore = "measurement: run in release with --ignored --nocapture"]
 fn multi_path_on_a_64_group_emulator_farm() {

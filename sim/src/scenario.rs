@@ -7,17 +7,18 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use toml::{Table, Value};
 
-use super::engine::{SimAction, SimEvent, SimJob};
-use super::hostlist;
-use super::SimError;
-use crate::assoc::{Account, UserRecord, ROOT_ACCOUNT};
-use crate::deps::{DepKind, Dependency, DependencySpec};
-use crate::idlefill::{IdleFill, EXEMPT_WINDOW_MAX_S};
-use crate::model::{EmulatorInventory, Host, Inventory, Resources};
-use crate::partition::Partition;
-use crate::pass::{PendingJob, Policy, Shape, Snapshot};
-use crate::qos::{Limits, PreemptMode, Qos, QosFlags, TresKind, TresLimits, NORMAL_QOS};
-use crate::resv::AdminReservation;
+use berth_scheduler::assoc::{Account, UserRecord, ROOT_ACCOUNT};
+use berth_scheduler::deps::{DepKind, Dependency, DependencySpec};
+use berth_scheduler::idlefill::{IdleFill, EXEMPT_WINDOW_MAX_S};
+use berth_scheduler::model::{EmulatorInventory, Host, Inventory, Resources};
+use berth_scheduler::partition::Partition;
+use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
+use berth_scheduler::qos::{Limits, PreemptMode, Qos, QosFlags, TresKind, TresLimits, NORMAL_QOS};
+use berth_scheduler::resv::AdminReservation;
+
+use crate::engine::{SimAction, SimEvent, SimJob};
+use crate::hostlist;
+use crate::SimError;
 
 /// A parsed scenario.
 #[derive(Debug, Clone)]
@@ -1012,7 +1013,7 @@ fn shape_of(ctx: &Ctx, t: &Table, path: &str, base: Option<&Shape>) -> Result<Sh
 fn possible(shape: &Shape, hosts: &[Host], partition: Option<&str>) -> bool {
     hosts
         .iter()
-        .filter(|h| crate::fit::eligible(h, shape, partition).is_ok())
+        .filter(|h| berth_scheduler::fit::eligible(h, shape, partition).is_ok())
         .filter(|h| shape.per_host.within(h.inventory.resources()))
         .count()
         >= shape.hosts_needed()
@@ -1182,7 +1183,7 @@ fn parse_jobs(
     world: &Snapshot,
     hosts: &[Host],
 ) -> Result<(Vec<SimJob>, JobIndex), SimError> {
-    let catalog = crate::catalog::Catalog::new(world);
+    let catalog = berth_scheduler::catalog::Catalog::new(world);
     let mut jobs: Vec<SimJob> = Vec::new();
     // Scenario id -> the job indices it names (several for an array).
     let mut job_index: JobIndex = BTreeMap::new();

@@ -3,18 +3,16 @@
 //! clock, so this example does both.
 //!
 //! ```text
-//! cargo run --release -p berth-scheduler --example sim_profile -- swf TRACE.swf CPUS_PER_NODE [fcfs] [MAX_JOBS]
-//! cargo run --release -p berth-scheduler --example sim_profile -- bench PENDING HOSTS [PASSES]
+//! cargo run --release -p berth-sim --example sim_profile -- swf TRACE.swf CPUS_PER_NODE [fcfs] [MAX_JOBS]
+//! cargo run --release -p berth-sim --example sim_profile -- bench PENDING HOSTS [PASSES]
 //! ```
 //! The trace must be uncompressed (`zcat trace.swf.gz > trace.swf`).
 
 use std::time::Instant;
 
-use berth_scheduler::sim::bench::{
-    bench_policy, bench_snapshot, time_passes, PassClock, BENCH_NOW_MS,
-};
-use berth_scheduler::sim::swf::{run_swf, summary_line, SwfOptions};
 use berth_scheduler::{host_names, schedule};
+use berth_sim::bench::{bench_policy, bench_snapshot, time_passes, PassClock, BENCH_NOW_MS};
+use berth_sim::swf::{run_swf, summary_line, SwfOptions};
 
 fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> T {
     args.get(i)

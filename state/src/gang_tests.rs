@@ -398,3 +398,71 @@ fn an_interactive_allocation_runs_nothing_and_survives_its_batch_agent_restartin
         Response::Rejected { reason } if reason.contains("cannot be a job array")
     ));
 }
+
+/// Account `lab` for alice, three 8-CPU hosts, alice's 6-CPU-per-host job
+/// on `hosts` started at 20 ms; returns the state after a plan at
+/// 100,020 ms, 100 s later, charged what ran meanwhile.
+fn charged_after_100_s(hosts: &[&str]) -> SmState {
+    let mut s = three_hosts();
+    let lab = crate::policy::PolicyChange::UpsertAccount(berth_scheduler::Account {
+        name: "lab".into(),
+        users: vec!["alice".into()],
+        ..Default::default()
+    });
+    let set = apply(
+        &mut s,
+        Command::SetPolicy {
+            change: lab,
+            now_ms: 5,
+        },
+    );
+    assert_eq!(set, Response::PolicySet);
+    let nodes = hosts.len() as u32;
+    let job = super::test_support::accepted(submit(&mut s, "r1", gang_spec(nodes, 6)));
+    let six_cpus = Resources {
+        cpus: 6,
+        ..Resources::default()
+    };
+    let response = if nodes == 1 {
+        apply(
+            &mut s,
+            plan(vec![placement(job, hosts[0], six_cpus, "", 0)], Vec::new()),
+        )
+    } else {
+        apply_gang(&mut s, job, hosts, six_cpus)
+    };
+    assert!(
+        matches!(response, Response::PlanApplied { started: 1, .. }),
+        "{response:?}"
+    );
+    let later = Command::ApplyPlan {
+        snapshot_index: 0,
+        now_ms: 100_020,
+        starts: Vec::new(),
+        gang_starts: Vec::new(),
+        evictions: Vec::new(),
+        borrowed: Vec::new(),
+    };
+    apply(&mut s, later);
+    s
+}
+
+fn charged(s: &SmState, kind: berth_scheduler::TresKind) -> f64 {
+    s.data.usage.usage.accounts["lab"].tres_s[kind.index()]
+}
+
+#[test]
+fn a_multi_host_job_is_charged_for_every_host_it_holds() {
+    use berth_scheduler::TresKind::{Cpu, Node};
+    let one = charged_after_100_s(&["h1"]);
+    let two = charged_after_100_s(&["h1", "h2"]);
+    // 6 CPUs on each host for 100 s; a node-second per host per second.
+    assert_eq!(charged(&one, Cpu), 600.0);
+    assert_eq!(charged(&one, Node), 100.0);
+    assert_eq!(charged(&two, Cpu), 1_200.0);
+    assert_eq!(charged(&two, Node), 200.0);
+    assert_eq!(
+        two.data.usage.usage.qos["normal"].tres_s[Cpu.index()],
+        1_200.0
+    );
+}

@@ -1,6 +1,15 @@
-//! The replicated scheduler state kept in memory on every node, and its
-//! deterministic `apply`. The store persists what each batch changed (see
-//! [`Dirty`]) and reloads it on open; this module never does I/O.
+//! Berth's replicated state machine: the state every node keeps in memory
+//! and its deterministic [`SmState::apply`]. The cluster's store
+//! (`berth-raft-store`) applies committed commands with it and persists
+//! what each batch changed (see [`Dirty`]); the simulator (`berth-sim`)
+//! applies the same commands on a virtual clock.
+//!
+//! Pure like `berth-scheduler`: no I/O, no clock, no Raft. Time arrives
+//! inside each command, stamped by the leader.
+//!
+//! - [`command`]: what can be proposed (`Request`, versioned) and answered.
+//! - [`policy`]: the replicated policy objects (QOS, accounts, users,
+//!   partitions) and usage, and how a change to them is validated.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, RwLock};
@@ -9,15 +18,16 @@ use berth_scheduler::{
     fits, Allocation, Eviction, GangMember, GangPlacement, Host, HostState, Inventory, Job, JobId,
     JobSpec, JobState, PendingJob, Placement, Resources, RunningJob, Snapshot,
 };
-use openraft::{BasicNode, LogId, StoredMembership};
 use serde::{Deserialize, Serialize};
 
-use crate::command::{Command, Response};
 use crate::policy::{PolicyTables, UsageState};
-use crate::NodeId;
+
+pub mod command;
+pub mod policy;
+
+pub use command::{Command, JobAction, JobUpdate, Request, Response, COMMAND_VERSION};
 
 mod array;
-mod entry;
 mod evict;
 mod lifecycle;
 mod pending_views;
@@ -26,7 +36,6 @@ mod reservations;
 mod room_now;
 mod spec_rules;
 mod steps;
-pub use entry::NewerCommand;
 pub use steps::{StepRecord, StepReport, STEPS_PER_JOB_MAX};
 mod update;
 
@@ -201,11 +210,10 @@ impl HostRecord {
     }
 }
 
-/// The persisted part of the state, as a snapshot carries it.
+/// The persisted part of the state, as a snapshot carries it. Where the
+/// state stands in the Raft log is the store's to keep, not the state's.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SmData {
-    pub last_applied: Option<LogId<NodeId>>,
-    pub last_membership: StoredMembership<NodeId, BasicNode>,
     pub counters: Counters,
     pub jobs: BTreeMap<JobId, JobRecord>,
     pub hosts: BTreeMap<String, HostRecord>,
@@ -247,6 +255,8 @@ pub struct Dirty {
 #[derive(Debug, Default)]
 pub struct SmState {
     pub data: SmData,
+    /// The last log entry applied (see [`SmState::applied_index`]).
+    applied_index: u64,
     pending: BTreeSet<JobId>,
     running: BTreeSet<JobId>,
     request_id_of_job: BTreeMap<JobId, String>,
@@ -386,8 +396,17 @@ impl SmState {
         self.running.iter().copied()
     }
 
+    /// The index of the last log entry applied (0: none), as the store
+    /// last set it.
     pub fn applied_index(&self) -> u64 {
-        self.data.last_applied.map(|l| l.index).unwrap_or(0)
+        self.applied_index
+    }
+
+    /// Records that the log entry `index` has been applied; the store
+    /// calls it for every entry, commands and others alike.
+    pub fn set_applied_index(&mut self, index: u64) {
+        debug_assert!(index >= self.applied_index || index == 0);
+        self.applied_index = index;
     }
 
     /// Running allocations that should run on `host` now: what its agent
@@ -497,7 +516,7 @@ impl SmState {
     /// their records and no view is kept, since `apply` may be holding a
     /// record tentatively changed (an update's tasks are checked against
     /// the state with each other changed, and put back on a refusal).
-    pub(super) fn snapshot_in_apply(&self, with_pending: bool) -> Snapshot {
+    pub(crate) fn snapshot_in_apply(&self, with_pending: bool) -> Snapshot {
         let fresh: Vec<pending_views::PendingView> = if with_pending {
             self.pending
                 .iter()
@@ -1459,7 +1478,7 @@ impl SmState {
 /// One start of a plan, on one host or on a gang's hosts (the batch host
 /// first): what `apply` re-checks either way.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct PlannedStart<'a> {
+pub(crate) struct PlannedStart<'a> {
     pub job_id: JobId,
     pub hosts: &'a [String],
     /// What it takes on each host.

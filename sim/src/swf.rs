@@ -9,10 +9,11 @@
 
 use serde::Serialize;
 
-use super::engine::{simulate_with, Progress, SimInput, SimJob, SimStats, TimelinePoint};
-use super::SimError;
-use crate::model::{Host, Inventory, Resources};
-use crate::pass::{PendingJob, Policy, Shape, Snapshot};
+use berth_scheduler::model::{Host, Inventory, Resources};
+use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
+
+use crate::engine::{simulate_with, Progress, SimInput, SimJob, SimStats, TimelinePoint};
+use crate::SimError;
 
 /// Fields of a job line, as the Parallel Workloads Archive defines them.
 pub const SWF_FIELDS: usize = 18;
@@ -215,14 +216,14 @@ pub fn run_swf_with(
         world: Snapshot::default(),
         until_s: None,
         emit_events: false,
-        stop_grace_s: super::scenario::STOP_GRACE_S_DEFAULT,
+        stop_grace_s: crate::scenario::STOP_GRACE_S_DEFAULT,
     };
     let output = simulate_with(&input, observe)?;
     let per_job = |sum: f64| {
         if recorded_n == 0 {
             0.0
         } else {
-            super::engine::round6(sum / recorded_n as f64)
+            crate::engine::round6(sum / recorded_n as f64)
         }
     };
     Ok(SwfRun {
@@ -327,7 +328,7 @@ mod tests {
     }
 
     fn round3(x: f64) -> f64 {
-        crate::sim::engine::round6(x)
+        crate::engine::round6(x)
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! Idle-fill on a GPU cluster with team quotas: utilization and waits
 //! with idle-fill off and on (docs/idle-fill.md, "Measured"). Ignored by
 //! default (it simulates a week of work three times); run with
-//! `cargo test -p berth-scheduler --release --test idle_fill_measure -- --ignored --nocapture`.
+//! `cargo test -p berth-sim --release --test idle_fill_measure -- --ignored --nocapture`.
 
 use std::time::Instant;
 
-use berth_scheduler::sim::gpu_teams::{gpu_teams_input, wait_by_class, GpuTeams, JobWaits};
-use berth_scheduler::sim::simulate;
 use berth_scheduler::IdleFill;
+use berth_sim::gpu_teams::{gpu_teams_input, wait_by_class, GpuTeams, JobWaits};
+use berth_sim::simulate;
 
 struct Run {
     label: &'static str,

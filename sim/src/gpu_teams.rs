@@ -6,13 +6,14 @@
 
 use std::collections::BTreeMap;
 
-use super::bench::SplitMix64;
-use super::engine::{SimInput, SimJob};
-use crate::assoc::Account;
-use crate::idlefill::IdleFill;
-use crate::model::{Host, Inventory, Resources};
-use crate::pass::{PendingJob, Policy, Shape, Snapshot};
-use crate::qos::Qos;
+use berth_scheduler::assoc::Account;
+use berth_scheduler::idlefill::IdleFill;
+use berth_scheduler::model::{Host, Inventory, Resources};
+use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
+use berth_scheduler::qos::Qos;
+
+use crate::bench::SplitMix64;
+use crate::engine::{SimInput, SimJob};
 
 /// The cluster and workload.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -139,7 +140,7 @@ pub fn gpu_teams_input(cfg: &GpuTeams, idle_fill: IdleFill) -> SimInput {
         },
         until_s: None,
         emit_events: true,
-        stop_grace_s: super::scenario::STOP_GRACE_S_DEFAULT,
+        stop_grace_s: crate::scenario::STOP_GRACE_S_DEFAULT,
     }
 }
 

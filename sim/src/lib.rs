@@ -1,11 +1,11 @@
 //! The simulator behind `berth sim` (the contract is SIM.md): the real
-//! [`schedule`](crate::schedule) on a virtual clock. Pure like the rest of
-//! the crate: it takes the text of a scenario or trace and returns JSON
-//! lines; the CLI reads files, decompresses and times.
+//! [`schedule`](berth_scheduler::schedule) on a virtual clock. Pure like
+//! the scheduler: it takes the text of a scenario or trace and returns
+//! JSON lines; the CLI reads files, decompresses and times.
 //!
 //! - [`run_scenario`]: `berth sim run` (scenario TOML → event lines + summary);
 //! - [`swf`]: `berth sim swf` (Standard Workload Format trace replay);
-//! - [`bench`]: `berth sim bench-pass` (a seeded cluster state to time passes on).
+//! - [`bench`](mod@bench): `berth sim bench-pass` (a seeded cluster state to time passes on).
 
 pub mod bench;
 pub mod engine;

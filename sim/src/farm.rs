@@ -10,13 +10,14 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::bench::SplitMix64;
-use super::engine::{simulate, SimInput, SimJob};
-use super::SimError;
-use crate::assoc::Account;
-use crate::model::{EmulatorInventory, Host, Inventory, Resources};
-use crate::partition::Partition;
-use crate::pass::{PendingJob, Policy, Shape, Snapshot};
+use berth_scheduler::assoc::Account;
+use berth_scheduler::model::{EmulatorInventory, Host, Inventory, Resources};
+use berth_scheduler::partition::Partition;
+use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
+
+use crate::bench::SplitMix64;
+use crate::engine::{simulate, SimInput, SimJob};
+use crate::SimError;
 
 /// The farm's size and load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +206,7 @@ pub fn farm_input(config: &FarmConfig, multi_path: bool) -> Result<SimInput, Sim
                 reserve_all_alternatives: multi_path,
                 ..Partition::default()
             }],
-            qos: vec![crate::qos::Qos::default()],
+            qos: vec![berth_scheduler::qos::Qos::default()],
             accounts: vec![Account {
                 name: "farm".into(),
                 users: vec!["emu".into(), "fill".into()],
@@ -215,7 +216,7 @@ pub fn farm_input(config: &FarmConfig, multi_path: bool) -> Result<SimInput, Sim
         },
         until_s: None,
         emit_events: true,
-        stop_grace_s: super::scenario::STOP_GRACE_S_DEFAULT,
+        stop_grace_s: crate::scenario::STOP_GRACE_S_DEFAULT,
     })
 }
 
@@ -251,7 +252,7 @@ pub fn run_farm(config: &FarmConfig, multi_path: bool) -> Result<FarmFigures, Si
         if xs.is_empty() {
             0.0
         } else {
-            super::engine::round6(xs.iter().sum::<f64>() / xs.len() as f64)
+            crate::engine::round6(xs.iter().sum::<f64>() / xs.len() as f64)
         }
     };
     Ok(FarmFigures {

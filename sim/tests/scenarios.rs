@@ -1,7 +1,7 @@
 //! Scenario files run through the simulator, compared byte for byte with
 //! the event streams worked out by hand (see tests/scenarios/README.md).
 
-use berth_scheduler::sim::run_scenario;
+use berth_sim::run_scenario;
 
 macro_rules! scenario {
     ($(#[$attr:meta])* $test:ident, $name:literal) => {

@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use berth_scheduler::evict::{EvictCause, Eviction};
+use berth_scheduler::model::JobState;
+
 use super::{Engine, PendingJob, SimError, Status};
-use crate::evict::{EvictCause, Eviction};
-use crate::model::JobState;
 
 /// Passes one instant may run: each round but the last evicted jobs that
 /// exited at once, and a job is evicted at most once per run, so a few
