@@ -399,10 +399,9 @@ fn an_interactive_allocation_runs_nothing_and_survives_its_batch_agent_restartin
     ));
 }
 
-/// Account `lab` for alice, three 8-CPU hosts, alice's 6-CPU-per-host job
-/// on `hosts` started at 20 ms; returns the state after a plan at
-/// 100,020 ms, 100 s later, charged what ran meanwhile.
-fn charged_after_100_s(hosts: &[&str]) -> SmState {
+/// Account `lab` for alice, three 8-CPU hosts, and alice's job 1 of 6
+/// CPUs per host on `hosts`, started at 20 ms.
+fn lab_job_started(hosts: &[&str]) -> SmState {
     let mut s = three_hosts();
     let lab = crate::policy::PolicyChange::UpsertAccount(berth_scheduler::Account {
         name: "lab".into(),
@@ -435,6 +434,13 @@ fn charged_after_100_s(hosts: &[&str]) -> SmState {
         matches!(response, Response::PlanApplied { started: 1, .. }),
         "{response:?}"
     );
+    s
+}
+
+/// [`lab_job_started`], then a plan at 100,020 ms, 100 s later, charges
+/// what ran meanwhile.
+fn charged_after_100_s(hosts: &[&str]) -> SmState {
+    let mut s = lab_job_started(hosts);
     let later = Command::ApplyPlan {
         snapshot_index: 0,
         now_ms: 100_020,
@@ -465,4 +471,46 @@ fn a_multi_host_job_is_charged_for_every_host_it_holds() {
         two.data.usage.usage.qos["normal"].tres_s[Cpu.index()],
         1_200.0
     );
+}
+
+#[test]
+fn a_run_is_charged_to_its_end_though_no_plan_follows_its_start() {
+    use berth_scheduler::TresKind::{Cpu, Node};
+    let mut s = lab_job_started(&["h1", "h2"]);
+    let alloc_id = s
+        .job(1)
+        .and_then(|r| r.job.alloc.as_ref())
+        .map(|a| a.alloc_id)
+        .expect("allocated");
+    let exited = Command::JobExited {
+        job_id: 1,
+        alloc_id,
+        host: "h1".into(),
+        exit_code: 0,
+        signal: 0,
+        launch_error: String::new(),
+        now_ms: 50_020,
+    };
+    assert_eq!(apply(&mut s, exited), Response::Report { accepted: true });
+    assert_eq!(state_of(&s, 1), Some(JobState::Completed));
+    assert_eq!(charged(&s, Cpu), 600.0);
+    assert_eq!(charged(&s, Node), 100.0);
+}
+
+#[test]
+fn a_run_its_host_lost_is_charged_to_the_node_failure() {
+    use berth_scheduler::TresKind::Cpu;
+    let mut s = lab_job_started(&["h1"]);
+    let silent = Command::HostsSilent {
+        hosts: vec!["h1".into()],
+        timeout_ms: 10_000,
+        now_ms: 20_020,
+    };
+    assert_eq!(
+        apply(&mut s, silent),
+        Response::HostsFailed { jobs_ended: 1 }
+    );
+    assert_eq!(state_of(&s, 1), Some(JobState::NodeFail));
+    // 6 CPUs for the 20 s it ran.
+    assert_eq!(charged(&s, Cpu), 120.0);
 }

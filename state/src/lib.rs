@@ -1017,6 +1017,10 @@ impl SmState {
             })
             .map(|r| r.job.id)
             .collect();
+        if !lost.is_empty() {
+            // Their runs are charged to the moment they end.
+            self.accrue_usage(now_ms);
+        }
         let mut ended = 0u32;
         for job_id in lost {
             let Some(record) = self.data.jobs.get_mut(&job_id) else {
@@ -1436,6 +1440,13 @@ impl SmState {
             // Already recorded: a retried report.
             return Response::Report { accepted: true };
         }
+        // The run is charged to the moment it ends, as every other run is
+        // to now: usage accrues otherwise only when a plan is applied, and
+        // a job alone on an idle cluster would never be charged.
+        self.accrue_usage(now_ms);
+        let Some(record) = self.data.jobs.get_mut(&job_id) else {
+            return Response::Report { accepted: false };
+        };
         if let Some(mark) = record.job.evicted.clone() {
             self.evicted_exit(job_id, &mark, host, now_ms, dirty);
             return Response::Report { accepted: true };
