@@ -26,7 +26,7 @@ use berth_scheduler::preempt::{exempt_s, PreemptCounters};
 use berth_scheduler::qos::Qos;
 use berth_scheduler::reason::Reason;
 use berth_scheduler::resv;
-use berth_scheduler::usage::RunCharge;
+use berth_scheduler::usage::{RunCharge, Usage};
 use berth_scheduler::HostLayout;
 
 use crate::multipath_log;
@@ -133,12 +133,14 @@ pub struct SimStats {
 }
 
 /// What a run produced: JSON lines (empty unless `emit_events`), stats,
-/// and a down-sampled timeline.
+/// a down-sampled timeline, and the usage charged, decayed to the last
+/// instant.
 #[derive(Debug, Clone)]
 pub struct SimOutput {
     pub lines: String,
     pub stats: SimStats,
     pub timeline: Vec<TimelinePoint>,
+    pub usage: Usage,
 }
 
 /// The cluster at one instant: for `--plot`.
@@ -1346,6 +1348,7 @@ pub fn simulate_with(
         lines: engine.lines,
         stats,
         timeline: timeline.points,
+        usage: engine.world.usage,
     })
 }
 

@@ -44,6 +44,8 @@ pub use reservations::{RESERVATIONS_MAX, RESERVATION_NAMES_MAX};
 
 pub use array::ARRAY_TASKS_MAX;
 
+pub use policy_apply::pending_of;
+
 pub use spec_rules::{DEPENDENCY_BYTES_MAX, FEATURES_PER_JOB_MAX, NAME_BYTES_MAX};
 
 /// Events kept per job; older ones are dropped first.

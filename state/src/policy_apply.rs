@@ -347,11 +347,14 @@ impl SmState {
     }
 
     /// Decays usage to `now_ms` and adds what running jobs used since the
-    /// last accrual (fair share and `GrpTRESMins`/`GrpWall` read it).
+    /// last accrual, or since they started if later (fair share and
+    /// `GrpTRESMins`/`GrpWall` read it). Time 0 is a time like any other
+    /// (the simulator's clock starts there): usage never accrued has
+    /// nothing to decay, and no run is charged before its start.
     pub(super) fn accrue_usage(&mut self, now_ms: u64) {
         let at_ms = self.data.usage.at_ms;
         self.data.usage.at_ms = now_ms.max(at_ms);
-        if self.data.policy.accounts.is_empty() || now_ms <= at_ms || at_ms == 0 {
+        if self.data.policy.accounts.is_empty() || now_ms <= at_ms {
             return;
         }
         let elapsed_s = (now_ms - at_ms) as f64 / 1000.0;
@@ -364,8 +367,10 @@ impl SmState {
             .map(|q| q.name.as_str())
             .collect();
         let mut usage = snapshot.usage.clone();
-        // Slurm's PriorityDecayHalfLife default: 7 days.
-        usage.decay(elapsed_s, 7 * 86_400, &no_decay);
+        if at_ms > 0 {
+            // Slurm's PriorityDecayHalfLife default: 7 days.
+            usage.decay(elapsed_s, 7 * 86_400, &no_decay);
+        }
         for id in &self.running {
             let Some(record) = self.data.jobs.get(id) else {
                 continue;
@@ -376,7 +381,9 @@ impl SmState {
             if record.job.state != JobState::Running || record.job.borrowed {
                 continue;
             }
-            accrue_run(&mut usage, &catalog, &record.job, elapsed_s);
+            let start_ms = record.job.alloc.as_ref().map_or(at_ms, |a| a.start_ms);
+            let ran_ms = now_ms.saturating_sub(at_ms.max(start_ms));
+            accrue_run(&mut usage, &catalog, &record.job, ran_ms as f64 / 1000.0);
         }
         self.data.usage.usage = usage;
     }
@@ -423,8 +430,9 @@ fn accrue_run(usage: &mut Usage, catalog: &Catalog<'_>, job: &Job, elapsed_s: f6
     usage.charge_run(catalog, &run, elapsed_s);
 }
 
-/// A submitted spec as the scheduler sees a pending job.
-pub(super) fn pending_of(spec: &JobSpec) -> PendingJob {
+/// A submitted spec as the scheduler sees a pending job: the one rule the
+/// cluster's pending views and the simulator's jobs are both built by.
+pub fn pending_of(spec: &JobSpec) -> PendingJob {
     PendingJob {
         shape: spec.shape().unwrap_or_else(|_| Shape::one(spec.per_host())),
         // Refused at submit when a set does not parse, so never stored so.

@@ -1,0 +1,583 @@
+//! The simulator against the cluster's state machine: a seeded random
+//! workload (single and multi-host jobs, arrays, dependencies, exit codes,
+//! time limits, cancels, hosts lost and back) is run by `berth sim`'s
+//! engine and, command by command, through `berth_state::SmState::apply`
+//! with the same scheduler pass between instants, as the leader would
+//! propose them. Both must give every job the same id, start, hosts, end
+//! and final state, and charge accounts the same usage.
+//!
+//! CI runs a few seeds; for a longer run:
+//! `BERTH_DIFF_SEEDS=1-500 cargo test -p berth-sim --test differential`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use berth_scheduler::deps;
+use berth_scheduler::model::{Host, HostState, Inventory, JobId, JobSpec, JobState, Resources};
+use berth_scheduler::pass::{schedule, Policy, Snapshot};
+use berth_scheduler::usage::Usage;
+use berth_scheduler::{Account, TresKind};
+use berth_sim::engine::{simulate, SimAction, SimEvent, SimInput, SimJob};
+use berth_state::policy::PolicyChange;
+use berth_state::{pending_of, Command, Dirty, Response, SmState};
+
+/// Seeds CI runs.
+const CI_SEEDS: std::ops::RangeInclusive<u64> = 1..=150;
+/// The most instants one run may take: a bound on the driver's loop.
+const INSTANTS_MAX: usize = 100_000;
+
+/// splitmix64: a small seeded generator, so the workload is the same on
+/// every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+/// One submit of the workload: a job, or an array of `tasks` jobs.
+struct Submit {
+    name: String,
+    at_s: u64,
+    spec: JobSpec,
+    tasks: u32,
+    runtime_s: u64,
+    exit_code: i32,
+    /// Index of an earlier submit whose first job this one waits for.
+    after: Option<(usize, &'static str)>,
+}
+
+struct Workload {
+    hosts: Vec<(String, u32)>,
+    accounts: Vec<String>,
+    submits: Vec<Submit>,
+    /// (time, what): `Cancel(submit)`, `Down(host)`, `Up(host)`.
+    events: Vec<(u64, Event)>,
+}
+
+#[derive(Clone, Copy)]
+enum Event {
+    Cancel(usize),
+    Down(usize),
+    Up(usize),
+}
+
+fn workload(seed: u64) -> Workload {
+    let mut rng = Rng(seed);
+    let hosts: Vec<(String, u32)> = (0..rng.range(3, 6))
+        .map(|h| (format!("h{h}"), if rng.chance(50) { 4 } else { 8 }))
+        .collect();
+    let accounts = vec!["a".to_string(), "b".to_string()];
+    let mut submits: Vec<Submit> = Vec::new();
+    let mut at_s = 0;
+    for n in 0..rng.range(15, 40) {
+        at_s += rng.range(0, 40);
+        let nodes = if rng.chance(25) { rng.range(2, 3) } else { 1 } as u32;
+        let time_limit_s = rng.range(60, 900);
+        let after = (n > 0 && rng.chance(20)).then(|| {
+            let kind = if rng.chance(50) {
+                "afterok"
+            } else {
+                "afterany"
+            };
+            (rng.range(0, n - 1) as usize, kind)
+        });
+        let tasks = if rng.chance(15) { rng.range(2, 4) } else { 1 } as u32;
+        let account = accounts[rng.range(0, 1) as usize].clone();
+        let spec = JobSpec {
+            name: format!("j{n}"),
+            user: if rng.chance(50) { "alice" } else { "bob" }.into(),
+            account,
+            command: "true".into(),
+            cpus: rng.range(1, 4) as u32,
+            mem_mb: rng.range(0, 4) * 512,
+            nodes,
+            time_limit_s,
+            ..JobSpec::default()
+        };
+        submits.push(Submit {
+            name: format!("j{n}"),
+            at_s,
+            spec,
+            tasks,
+            runtime_s: rng.range(10, time_limit_s + 120),
+            exit_code: if rng.chance(15) { 1 } else { 0 },
+            after,
+        });
+    }
+    let last_s = at_s + 600;
+    let mut events = Vec::new();
+    for _ in 0..rng.range(0, 4) {
+        let s = rng.range(0, submits.len() as u64 - 1) as usize;
+        events.push((rng.range(submits[s].at_s, last_s), Event::Cancel(s)));
+    }
+    if rng.chance(60) {
+        let h = rng.range(0, hosts.len() as u64 - 1) as usize;
+        let down_s = rng.range(0, last_s);
+        events.push((down_s, Event::Down(h)));
+        events.push((down_s + rng.range(1, 300), Event::Up(h)));
+    }
+    events.sort_by_key(|(t, _)| *t);
+    Workload {
+        hosts,
+        accounts,
+        submits,
+        events,
+    }
+}
+
+/// What happened to one job, as either side saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Outcome {
+    name: String,
+    job_id: JobId,
+    start_s: Option<u64>,
+    hosts: Vec<String>,
+    end_s: Option<u64>,
+    state: String,
+}
+
+/// Each submit's first job index (the simulator's) and its task names.
+fn task_names(w: &Workload) -> Vec<(usize, Vec<String>)> {
+    let mut first = 0;
+    w.submits
+        .iter()
+        .map(|s| {
+            let names = if s.tasks == 1 {
+                vec![s.name.clone()]
+            } else {
+                (0..s.tasks).map(|k| format!("{}_{k}", s.name)).collect()
+            };
+            let at = first;
+            first += names.len();
+            (at, names)
+        })
+        .collect()
+}
+
+fn hosts_of(w: &Workload) -> Vec<Host> {
+    w.hosts
+        .iter()
+        .map(|(name, cpus)| Host {
+            name: name.clone(),
+            inventory: Inventory::cpu_mem(*cpus, 8192),
+            state: HostState::Up,
+            allocated: Resources::default(),
+            partitions: Vec::new(),
+            features: Vec::new(),
+        })
+        .collect()
+}
+
+fn account(name: &str) -> Account {
+    Account {
+        name: name.into(),
+        users: vec!["alice".into(), "bob".into()],
+        ..Default::default()
+    }
+}
+
+/// The workload through the simulator's engine.
+fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
+    let names = task_names(w);
+    let mut jobs = Vec::new();
+    for (s, (first, tasks)) in w.submits.iter().zip(&names) {
+        let dependency = s.after.map(|(target, kind)| {
+            deps::parse(&format!("{kind}:{}", names[target].0)).expect("dependency parses")
+        });
+        for name in tasks {
+            jobs.push(SimJob {
+                name: name.clone(),
+                job_name: s.spec.name.clone(),
+                submit_s: s.at_s,
+                spec: pending_of(&s.spec),
+                runtime_s: Some(s.runtime_s),
+                exit_code: s.exit_code,
+                hold: false,
+                rejected: None,
+                dependency: dependency.clone(),
+                array_of: (s.tasks > 1).then_some((*first, 0)),
+                stop_takes_s: 0,
+            });
+        }
+    }
+    let events = w
+        .events
+        .iter()
+        .map(|&(at_s, e)| SimEvent {
+            at_s,
+            action: match e {
+                Event::Cancel(s) => {
+                    let (first, tasks) = &names[s];
+                    SimAction::Cancel((*first..first + tasks.len()).collect())
+                }
+                Event::Down(h) => SimAction::HostDown(vec![w.hosts[h].0.clone()]),
+                Event::Up(h) => SimAction::HostUp(vec![w.hosts[h].0.clone()]),
+            },
+        })
+        .collect();
+    let input = SimInput {
+        hosts: hosts_of(w),
+        jobs,
+        events,
+        policy: Policy::default(),
+        world: Snapshot {
+            accounts: w.accounts.iter().map(|a| account(a)).collect(),
+            ..Snapshot::default()
+        },
+        until_s: None,
+        emit_events: true,
+        stop_grace_s: 30,
+    };
+    let output = simulate(&input).expect("the simulation runs");
+    let mut by_name: BTreeMap<String, Outcome> = BTreeMap::new();
+    for line in output.lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let name = v["job"].as_str().unwrap_or_default().to_string();
+        let t_s = v["t_s"].as_u64();
+        match v["event"].as_str() {
+            Some("submit") => {
+                by_name.insert(
+                    name.clone(),
+                    Outcome {
+                        name,
+                        job_id: v["job_id"].as_u64().expect("an id"),
+                        start_s: None,
+                        hosts: Vec::new(),
+                        end_s: None,
+                        state: "PENDING".into(),
+                    },
+                );
+            }
+            Some("start") => {
+                let o = by_name.get_mut(&name).expect("started after its submit");
+                o.start_s = t_s;
+                o.hosts = v["hosts"]
+                    .as_array()
+                    .expect("hosts")
+                    .iter()
+                    .filter_map(|h| h.as_str().map(str::to_string))
+                    .collect();
+                o.state = "RUNNING".into();
+            }
+            Some("end") => {
+                let o = by_name.get_mut(&name).expect("ended after its submit");
+                o.end_s = t_s;
+                o.state = v["state"].as_str().expect("a state").into();
+            }
+            Some("rejected") => panic!("the simulator refused a submit: {line}"),
+            _ => {}
+        }
+    }
+    let mut outcomes: Vec<Outcome> = by_name.into_values().collect();
+    outcomes.sort_by_key(|o| o.job_id);
+    (outcomes, usage_by_account(&output.usage))
+}
+
+/// CPU-seconds and node-seconds charged to each account.
+fn usage_by_account(usage: &Usage) -> BTreeMap<String, [f64; 2]> {
+    usage
+        .accounts
+        .iter()
+        .map(|(a, u)| {
+            let t = |k: TresKind| u.tres_s[k.index()];
+            (a.clone(), [t(TresKind::Cpu), t(TresKind::Node)])
+        })
+        .collect()
+}
+
+/// The cluster's state machine, driven as the leader and the agents would
+/// drive it, with the simulator's order within an instant: runs reaching
+/// their end, submits, events, then one pass.
+struct Cluster {
+    state: SmState,
+    down: BTreeSet<String>,
+    /// (end time, job id, alloc id, exit code, past its time limit).
+    ends: BTreeSet<(u64, JobId, u64, i32, bool)>,
+    /// Each job's real run time, and exit code.
+    runs: BTreeMap<JobId, (u64, i32)>,
+}
+
+impl Cluster {
+    fn apply(&mut self, command: Command) -> Response {
+        self.state.apply(&command, &mut Dirty::default())
+    }
+
+    fn batch_host(&self, job_id: JobId) -> Option<(String, u64)> {
+        let alloc = self.state.job(job_id)?.job.alloc.as_ref()?;
+        Some((alloc.host.clone(), alloc.alloc_id))
+    }
+
+    fn exit(&mut self, job_id: JobId, alloc_id: u64, code: i32, signal: i32, now_ms: u64) {
+        let Some((host, current)) = self.batch_host(job_id) else {
+            return;
+        };
+        if current != alloc_id
+            || self.state.job(job_id).map(|r| r.job.state) != Some(JobState::Running)
+        {
+            return;
+        }
+        self.apply(Command::JobExited {
+            job_id,
+            alloc_id,
+            host,
+            exit_code: code,
+            signal,
+            launch_error: String::new(),
+            now_ms,
+        });
+    }
+
+    fn pass(&mut self, t_s: u64) {
+        let now_ms = t_s * 1000;
+        let down = self.down.clone();
+        let snapshot = self
+            .state
+            .pass_input(|h| {
+                if down.contains(h) {
+                    HostState::Down
+                } else {
+                    HostState::Up
+                }
+            })
+            .into_snapshot();
+        let running_before: BTreeSet<JobId> = self.state.running_ids().collect();
+        let plan = schedule(&snapshot, &Policy::default(), now_ms);
+        self.apply(Command::ApplyPlan {
+            snapshot_index: self.state.applied_index(),
+            now_ms,
+            starts: plan.starts,
+            gang_starts: plan.gang_starts,
+            evictions: plan.evictions,
+            borrowed: plan.borrowed,
+        });
+        let started: Vec<JobId> = self
+            .state
+            .running_ids()
+            .filter(|id| !running_before.contains(id))
+            .collect();
+        for job_id in started {
+            let (host, alloc_id) = self.batch_host(job_id).expect("a started job's allocation");
+            self.apply(Command::JobStarted {
+                job_id,
+                alloc_id,
+                host,
+                pid: 1,
+                now_ms,
+            });
+            let limit_s = self
+                .state
+                .job(job_id)
+                .map_or(0, |r| r.job.spec.time_limit_s);
+            let (runtime_s, code) = self.runs[&job_id];
+            let timeout = limit_s > 0 && runtime_s > limit_s;
+            let end_s = t_s + if timeout { limit_s } else { runtime_s };
+            self.ends.insert((end_s, job_id, alloc_id, code, timeout));
+        }
+    }
+}
+
+/// The workload through `SmState::apply`.
+fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
+    let mut c = Cluster {
+        state: SmState::default(),
+        down: BTreeSet::new(),
+        ends: BTreeSet::new(),
+        runs: BTreeMap::new(),
+    };
+    for host in hosts_of(w) {
+        c.apply(Command::RegisterHost {
+            name: host.name,
+            inventory: host.inventory,
+            agent_restarted: false,
+            running_allocs: Vec::new(),
+            now_ms: 0,
+            drain_reason: String::new(),
+            step_addr: String::new(),
+        });
+    }
+    for a in &w.accounts {
+        let set = c.apply(Command::SetPolicy {
+            change: PolicyChange::UpsertAccount(account(a)),
+            now_ms: 0,
+        });
+        assert_eq!(set, Response::PolicySet);
+    }
+    let names = task_names(w);
+    let mut first_id: Vec<JobId> = Vec::new();
+    let mut name_of: BTreeMap<JobId, String> = BTreeMap::new();
+    let mut times: BTreeSet<u64> = w.submits.iter().map(|s| s.at_s).collect();
+    times.extend(w.events.iter().map(|(t, _)| *t));
+    let (mut next_submit, mut next_event) = (0, 0);
+    for _ in 0..INSTANTS_MAX {
+        let next_end = c.ends.first().map(|e| e.0);
+        let Some(t_s) = times.first().copied().into_iter().chain(next_end).min() else {
+            break;
+        };
+        times.remove(&t_s);
+        let now_ms = t_s * 1000;
+        while c.ends.first().is_some_and(|e| e.0 == t_s) {
+            let Some((_, job_id, alloc_id, code, timeout)) = c.ends.pop_first() else {
+                break;
+            };
+            if timeout {
+                c.apply(Command::TimeLimitReached {
+                    allocations: vec![(job_id, alloc_id)],
+                    now_ms,
+                });
+                c.exit(job_id, alloc_id, 0, 15, now_ms);
+            } else {
+                c.exit(job_id, alloc_id, code, 0, now_ms);
+            }
+        }
+        while w.submits.get(next_submit).is_some_and(|s| s.at_s == t_s) {
+            let s = &w.submits[next_submit];
+            let mut spec = s.spec.clone();
+            if s.tasks > 1 {
+                spec.array = format!("0-{}", s.tasks - 1);
+            }
+            if let Some((target, kind)) = s.after {
+                spec.dependency = format!("{kind}:{}", first_id[target]);
+            }
+            let response = c.apply(Command::SubmitJob {
+                request_id: s.name.clone(),
+                spec,
+                now_ms,
+            });
+            let Response::Submitted { job_id, .. } = response else {
+                panic!("the state machine refused {}: {response:?}", s.name);
+            };
+            first_id.push(job_id);
+            for (k, name) in names[next_submit].1.iter().enumerate() {
+                let id = job_id + k as u64;
+                name_of.insert(id, name.clone());
+                c.runs.insert(id, (s.runtime_s, s.exit_code));
+            }
+            next_submit += 1;
+        }
+        while w.events.get(next_event).is_some_and(|e| e.0 == t_s) {
+            match w.events[next_event].1 {
+                Event::Cancel(s) => {
+                    let Some(&first) = first_id.get(s) else {
+                        next_event += 1;
+                        continue;
+                    };
+                    for id in first..first + names[s].1.len() as u64 {
+                        c.apply(Command::CancelJob { job_id: id, now_ms });
+                        if let Some((_, alloc_id)) = c.batch_host(id) {
+                            c.exit(id, alloc_id, 0, 15, now_ms);
+                        }
+                    }
+                }
+                Event::Down(h) => {
+                    let host = w.hosts[h].0.clone();
+                    c.down.insert(host.clone());
+                    c.apply(Command::HostsSilent {
+                        hosts: vec![host],
+                        timeout_ms: 0,
+                        now_ms,
+                    });
+                }
+                Event::Up(h) => {
+                    c.down.remove(&w.hosts[h].0);
+                }
+            }
+            next_event += 1;
+        }
+        c.pass(t_s);
+    }
+    let outcomes = c
+        .state
+        .jobs()
+        .map(|r| {
+            let alloc = r.job.alloc.as_ref();
+            Outcome {
+                name: name_of[&r.job.id].clone(),
+                job_id: r.job.id,
+                start_s: alloc.map(|a| a.start_ms / 1000),
+                hosts: alloc.map_or_else(Vec::new, |a| a.hosts().map(str::to_string).collect()),
+                end_s: (r.job.end_ms > 0).then_some(r.job.end_ms / 1000),
+                state: r.job.state.slurm_name().to_string(),
+            }
+        })
+        .collect();
+    (outcomes, usage_by_account(&c.state.data.usage.usage))
+}
+
+fn compare(seed: u64) -> Result<(), String> {
+    let w = workload(seed);
+    let (sim, sim_usage) = by_simulator(&w);
+    let (state, state_usage) = by_state_machine(&w);
+    if sim.len() != state.len() {
+        return Err(format!(
+            "seed {seed}: {} jobs in the simulator, {} in the state machine",
+            sim.len(),
+            state.len()
+        ));
+    }
+    for (a, b) in sim.iter().zip(&state) {
+        if a != b {
+            return Err(format!(
+                "seed {seed}: job {} differs:\n  simulator:     {a:?}\n  state machine: {b:?}",
+                a.name
+            ));
+        }
+    }
+    // Charged at the same instants, in another order of additions.
+    let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+    let accounts: BTreeSet<&String> = sim_usage.keys().chain(state_usage.keys()).collect();
+    for account in accounts {
+        let (a, b) = (sim_usage.get(account), state_usage.get(account));
+        let agree = match (a, b) {
+            (Some(a), Some(b)) => same(a[0], b[0]) && same(a[1], b[1]),
+            _ => false,
+        };
+        if !agree {
+            return Err(format!(
+                "seed {seed}: account {account}'s usage (CPU-s, node-s) differs: \
+                 simulator {a:?}, state machine {b:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn seeds() -> Vec<u64> {
+    let Ok(text) = std::env::var("BERTH_DIFF_SEEDS") else {
+        return CI_SEEDS.collect();
+    };
+    let (lo, hi) = text.split_once('-').unwrap_or((&text, &text));
+    let parse = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .unwrap_or_else(|_| panic!("BERTH_DIFF_SEEDS: expected N or N-M, not {text:?}"))
+    };
+    (parse(lo)..=parse(hi)).collect()
+}
+
+#[test]
+fn the_simulator_and_the_state_machine_agree_on_every_job() {
+    let failures: Vec<String> = seeds()
+        .into_iter()
+        .filter_map(|s| compare(s).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} seeds differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
