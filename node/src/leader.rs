@@ -393,8 +393,8 @@ fn plan_pass(
         )
     });
     // The pending jobs are copied here, with the state's lock let go.
-    let mut snapshot = input.into_snapshot();
     let pass_ms = now_ms();
+    let mut snapshot = input.into_snapshot_at(pass_ms);
     if first_of_term {
         metrics::gauge!(crate::metrics::LEADER_FIRST_PASS_TIMESTAMP_SECONDS)
             .set(pass_ms as f64 / 1000.0);

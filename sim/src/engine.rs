@@ -29,6 +29,8 @@ use berth_scheduler::resv;
 use berth_scheduler::usage::{RunCharge, Usage};
 use berth_scheduler::HostLayout;
 
+use berth_state::ROOM_FREED_HOLD_MS;
+
 use crate::multipath_log;
 use crate::SimError;
 
@@ -332,9 +334,9 @@ struct Engine<'a> {
     preemption: PreemptCounters,
     preempted_requeued: u64,
     preempted_cancelled: u64,
-    /// Jobs whose victims exited in this instant: the room is theirs in
-    /// this instant's passes.
-    freed_now: BTreeSet<usize>,
+    /// Jobs whose victims exited, and when: the room is theirs first for
+    /// the state machine's `ROOM_FREED_HOLD_MS`, or until they start.
+    claims: BTreeMap<usize, u64>,
     /// Instants where a running job's preemption exempt time runs out.
     exempt_ends: BinaryHeap<Reverse<u64>>,
     /// Multi-path reservations held after the last pass.
@@ -701,6 +703,7 @@ impl Engine<'_> {
                 self.ends.push(Reverse((end_s, run.id, idx)));
             }
             self.remove_pending_view(id);
+            self.claims.remove(&idx);
             let view = self
                 .running_view(idx)
                 .ok_or_else(|| SimError::Internal(format!("job {} did not start", job.name)))?;
@@ -979,8 +982,12 @@ impl Engine<'_> {
                 }
             }
             SimAction::Hold(jobs) => {
+                // Only a pending job can be held, as in Slurm and on the
+                // cluster (`scontrol hold` of a running job is refused).
                 for &j in jobs {
-                    self.runs[j].held = true;
+                    if self.runs[j].status == Status::Pending {
+                        self.runs[j].held = true;
+                    }
                 }
             }
             SimAction::HostDown(names) => {
@@ -1205,7 +1212,7 @@ pub fn simulate_with(
         preemption: PreemptCounters::default(),
         preempted_requeued: 0,
         preempted_cancelled: 0,
-        freed_now: BTreeSet::new(),
+        claims: BTreeMap::new(),
         exempt_ends: BinaryHeap::new(),
         multipath: multipath_log::Held::default(),
         array_refusals: HashMap::new(),
@@ -1260,6 +1267,13 @@ pub fn simulate_with(
         {
             engine.exempt_ends.pop();
         }
+        // First claims on freed room end as the cluster's do.
+        engine.claims.retain(|_, freed_s| {
+            t_s.saturating_mul(1000)
+                < freed_s
+                    .saturating_mul(1000)
+                    .saturating_add(ROOM_FREED_HOLD_MS)
+        });
         // Usage up to this instant, before jobs ending now leave the
         // running set: their last interval counts too.
         engine.accrue_usage(t_s);
@@ -1317,7 +1331,6 @@ pub fn simulate_with(
         {
             engine.pass(t_s)?;
         }
-        engine.freed_now.clear();
         passes += 1;
         if timeline.wants(t_s) {
             let busy_cpus: u64 = engine

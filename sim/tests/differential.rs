@@ -1,24 +1,33 @@
 //! The simulator against the cluster's state machine: a seeded random
 //! workload (single and multi-host jobs, arrays, dependencies, exit codes,
-//! time limits, cancels, hosts lost and back) is run by `berth sim`'s
-//! engine and, command by command, through `berth_state::SmState::apply`
-//! with the same scheduler pass between instants, as the leader would
-//! propose them. Both must give every job the same id, start, hosts, end
-//! and final state, and charge accounts the same usage.
+//! time limits, cancels, holds and releases, a QOS limit set mid-run, QOS
+//! preemption that requeues or cancels, hosts lost and back) is run by
+//! `berth sim`'s engine and, command by command, through
+//! `berth_state::SmState::apply` with the same scheduler pass between
+//! instants, as the leader and the agents would propose them. Both must
+//! give every job the same id, start, hosts, end and final state, and
+//! charge accounts the same usage.
 //!
-//! CI runs a few seeds; for a longer run:
-//! `BERTH_DIFF_SEEDS=1-500 cargo test -p berth-sim --test differential`.
+//! CI runs 150 seeds; for a longer run:
+//! `BERTH_DIFF_SEEDS=1-2000 cargo test -p berth-sim --test differential`.
+//! A failing seed shows both outcomes side by side; to look closer,
+//! `BERTH_DIFF_SEEDS=N DUMP_JOB=j4 DUMP_SIM=T1-T2 cargo test -p berth-sim
+//! --test differential -- --nocapture` also prints job j4's events in the
+//! state machine and the simulator's lines from T1 to T2 s.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use berth_scheduler::catalog::Catalog;
 use berth_scheduler::deps;
 use berth_scheduler::model::{Host, HostState, Inventory, JobId, JobSpec, JobState, Resources};
 use berth_scheduler::pass::{schedule, Policy, Snapshot};
+use berth_scheduler::preempt::exempt_s;
+use berth_scheduler::qos::{PreemptMode, NORMAL_QOS};
 use berth_scheduler::usage::Usage;
-use berth_scheduler::{Account, TresKind};
+use berth_scheduler::{Account, Qos, TresKind};
 use berth_sim::engine::{simulate, SimAction, SimEvent, SimInput, SimJob};
 use berth_state::policy::PolicyChange;
-use berth_state::{pending_of, Command, Dirty, Response, SmState};
+use berth_state::{pending_of, Command, Dirty, JobAction, Response, SmState};
 
 /// Seeds CI runs.
 const CI_SEEDS: std::ops::RangeInclusive<u64> = 1..=150;
@@ -63,6 +72,8 @@ struct Submit {
 struct Workload {
     hosts: Vec<(String, u32)>,
     accounts: Vec<String>,
+    /// Preemption on, and whether `normal`'s victims are cancelled.
+    preemption: Option<bool>,
     submits: Vec<Submit>,
     /// (time, what): `Cancel(submit)`, `Down(host)`, `Up(host)`.
     events: Vec<(u64, Event)>,
@@ -71,8 +82,37 @@ struct Workload {
 #[derive(Clone, Copy)]
 enum Event {
     Cancel(usize),
+    Hold(usize),
+    Release(usize),
+    /// QOS `normal` gets at most this many running jobs per user.
+    LimitNormal(u32),
     Down(usize),
     Up(usize),
+}
+
+/// The QOS every job runs under unless it asks `high`, which may preempt
+/// it: requeued or, when `cancel`, ended for good.
+fn normal_qos(cancel: bool, max_jobs_per_user: Option<u32>) -> Qos {
+    let mut qos = Qos {
+        name: NORMAL_QOS.into(),
+        preempt_mode: if cancel {
+            PreemptMode::Cancel
+        } else {
+            PreemptMode::Requeue
+        },
+        ..Qos::default()
+    };
+    qos.limits.max_jobs_per_user = max_jobs_per_user;
+    qos
+}
+
+fn high_qos() -> Qos {
+    Qos {
+        name: "high".into(),
+        priority: 1000,
+        preempt: vec![NORMAL_QOS.into()],
+        ..Qos::default()
+    }
 }
 
 fn workload(seed: u64) -> Workload {
@@ -97,7 +137,9 @@ fn workload(seed: u64) -> Workload {
         });
         let tasks = if rng.chance(15) { rng.range(2, 4) } else { 1 } as u32;
         let account = accounts[rng.range(0, 1) as usize].clone();
+        let qos = if rng.chance(15) { "high" } else { "" };
         let spec = JobSpec {
+            qos: qos.into(),
             name: format!("j{n}"),
             user: if rng.chance(50) { "alice" } else { "bob" }.into(),
             account,
@@ -124,6 +166,16 @@ fn workload(seed: u64) -> Workload {
         let s = rng.range(0, submits.len() as u64 - 1) as usize;
         events.push((rng.range(submits[s].at_s, last_s), Event::Cancel(s)));
     }
+    for _ in 0..rng.range(0, 3) {
+        let s = rng.range(0, submits.len() as u64 - 1) as usize;
+        let hold_s = rng.range(submits[s].at_s, last_s);
+        events.push((hold_s, Event::Hold(s)));
+        events.push((hold_s + rng.range(0, 200), Event::Release(s)));
+    }
+    if rng.chance(30) {
+        let limit = rng.range(1, 3) as u32;
+        events.push((rng.range(0, last_s), Event::LimitNormal(limit)));
+    }
     if rng.chance(60) {
         let h = rng.range(0, hosts.len() as u64 - 1) as usize;
         let down_s = rng.range(0, last_s);
@@ -131,9 +183,11 @@ fn workload(seed: u64) -> Workload {
         events.push((down_s + rng.range(1, 300), Event::Up(h)));
     }
     events.sort_by_key(|(t, _)| *t);
+    let preemption = rng.chance(50).then(|| rng.chance(30));
     Workload {
         hosts,
         accounts,
+        preemption,
         submits,
         events,
     }
@@ -148,6 +202,22 @@ struct Outcome {
     hosts: Vec<String>,
     end_s: Option<u64>,
     state: String,
+}
+
+impl Outcome {
+    /// A job pending at the end has no run to compare (a requeued one's
+    /// last run is history).
+    fn settled(self) -> Outcome {
+        if self.state != "PENDING" {
+            return self;
+        }
+        Outcome {
+            start_s: None,
+            hosts: Vec::new(),
+            end_s: None,
+            ..self
+        }
+    }
 }
 
 /// Each submit's first job index (the simulator's) and its task names.
@@ -186,8 +256,15 @@ fn account(name: &str) -> Account {
     Account {
         name: name.into(),
         users: vec!["alice".into(), "bob".into()],
+        qos: vec![NORMAL_QOS.into(), "high".into()],
         ..Default::default()
     }
+}
+
+fn policy_of(w: &Workload) -> Policy {
+    let mut policy = Policy::default();
+    policy.preemption.enabled = w.preemption.is_some();
+    policy
 }
 
 /// The workload through the simulator's engine.
@@ -224,6 +301,17 @@ fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
                     let (first, tasks) = &names[s];
                     SimAction::Cancel((*first..first + tasks.len()).collect())
                 }
+                Event::Hold(s) | Event::Release(s) => {
+                    let (first, tasks) = &names[s];
+                    let jobs = (*first..first + tasks.len()).collect();
+                    match e {
+                        Event::Hold(_) => SimAction::Hold(jobs),
+                        _ => SimAction::Release(jobs),
+                    }
+                }
+                Event::LimitNormal(n) => {
+                    SimAction::ModifyQos(Box::new(normal_qos(w.preemption == Some(true), Some(n))))
+                }
                 Event::Down(h) => SimAction::HostDown(vec![w.hosts[h].0.clone()]),
                 Event::Up(h) => SimAction::HostUp(vec![w.hosts[h].0.clone()]),
             },
@@ -233,9 +321,10 @@ fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
         hosts: hosts_of(w),
         jobs,
         events,
-        policy: Policy::default(),
+        policy: policy_of(w),
         world: Snapshot {
             accounts: w.accounts.iter().map(|a| account(a)).collect(),
+            qos: vec![normal_qos(w.preemption == Some(true), None), high_qos()],
             ..Snapshot::default()
         },
         until_s: None,
@@ -243,6 +332,16 @@ fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
         stop_grace_s: 30,
     };
     let output = simulate(&input).expect("the simulation runs");
+    if let Ok(window) = std::env::var("DUMP_SIM") {
+        let (lo, hi) = window.split_once('-').expect("DUMP_SIM=T1-T2");
+        let (lo, hi): (u64, u64) = (lo.parse().expect("T1"), hi.parse().expect("T2"));
+        for line in output.lines.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            if v["t_s"].as_u64().is_some_and(|t| t >= lo && t <= hi) {
+                eprintln!("SIM {line}");
+            }
+        }
+    }
     let mut by_name: BTreeMap<String, Outcome> = BTreeMap::new();
     for line in output.lines.lines() {
         let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
@@ -273,6 +372,13 @@ fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
                     .collect();
                 o.state = "RUNNING".into();
             }
+            Some("end") if v["requeue"].as_bool() == Some(true) => {
+                // Back in the queue: that run is history.
+                let o = by_name.get_mut(&name).expect("ended after its submit");
+                o.state = "PENDING".into();
+                o.start_s = None;
+                o.hosts.clear();
+            }
             Some("end") => {
                 let o = by_name.get_mut(&name).expect("ended after its submit");
                 o.end_s = t_s;
@@ -282,7 +388,7 @@ fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
             _ => {}
         }
     }
-    let mut outcomes: Vec<Outcome> = by_name.into_values().collect();
+    let mut outcomes: Vec<Outcome> = by_name.into_values().map(Outcome::settled).collect();
     outcomes.sort_by_key(|o| o.job_id);
     (outcomes, usage_by_account(&output.usage))
 }
@@ -299,16 +405,39 @@ fn usage_by_account(usage: &Usage) -> BTreeMap<String, [f64; 2]> {
         .collect()
 }
 
+/// How a run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum End {
+    /// On its own, with this exit code.
+    Exits(i32),
+    /// At its time limit.
+    Timeout,
+    /// Stopped by an eviction, at the end of its grace.
+    Evicted,
+}
+
+/// Passes one instant may run beyond its first, as the simulator's (a
+/// pass runs again when an eviction freed room at once, as a leader's
+/// would when the victim's exit is reported).
+const ROUNDS_PER_INSTANT_MAX: usize = 4;
+
 /// The cluster's state machine, driven as the leader and the agents would
 /// drive it, with the simulator's order within an instant: runs reaching
-/// their end, submits, events, then one pass.
+/// their end, submits, events, then the pass.
 struct Cluster {
     state: SmState,
+    policy: Policy,
     down: BTreeSet<String>,
-    /// (end time, job id, alloc id, exit code, past its time limit).
-    ends: BTreeSet<(u64, JobId, u64, i32, bool)>,
+    /// (time, job id, alloc id, how).
+    ends: BTreeSet<(u64, JobId, u64, End)>,
+    /// Allocations whose eviction is already under way.
+    evicting: BTreeSet<u64>,
     /// Each job's real run time, and exit code.
     runs: BTreeMap<JobId, (u64, i32)>,
+    /// Instants where a run's preemption exempt time is over: a blocked
+    /// job may evict it then, so the simulator passes there (a leader
+    /// passes every few seconds anyway).
+    wakes: BTreeSet<u64>,
 }
 
 impl Cluster {
@@ -341,7 +470,33 @@ impl Cluster {
         });
     }
 
+    /// Asks for a pass when `job_id`, started at `t_s`, stops being exempt
+    /// from preemption.
+    fn wake_at_exempt_end(&mut self, job_id: JobId, t_s: u64) {
+        if !self.policy.preemption.enabled {
+            return;
+        }
+        let snapshot = self.state.scheduler_snapshot(|_| HostState::Up);
+        let Some(view) = snapshot.running.iter().find(|r| r.id == job_id) else {
+            return;
+        };
+        let exempt = exempt_s(view, &Catalog::new(&snapshot), &self.policy.preemption);
+        if exempt > 0 {
+            self.wakes.insert(t_s + exempt);
+        }
+    }
+
+    /// The instant's pass, again while an eviction frees room at once.
     fn pass(&mut self, t_s: u64) {
+        for _ in 0..=ROUNDS_PER_INSTANT_MAX {
+            if !self.pass_round(t_s) {
+                break;
+            }
+        }
+    }
+
+    /// One pass and its plan; true when a victim exited at once.
+    fn pass_round(&mut self, t_s: u64) -> bool {
         let now_ms = t_s * 1000;
         let down = self.down.clone();
         let snapshot = self
@@ -353,9 +508,9 @@ impl Cluster {
                     HostState::Up
                 }
             })
-            .into_snapshot();
+            .into_snapshot_at(now_ms);
         let running_before: BTreeSet<JobId> = self.state.running_ids().collect();
-        let plan = schedule(&snapshot, &Policy::default(), now_ms);
+        let plan = schedule(&snapshot, &self.policy, now_ms);
         self.apply(Command::ApplyPlan {
             snapshot_index: self.state.applied_index(),
             now_ms,
@@ -383,10 +538,38 @@ impl Cluster {
                 .job(job_id)
                 .map_or(0, |r| r.job.spec.time_limit_s);
             let (runtime_s, code) = self.runs[&job_id];
-            let timeout = limit_s > 0 && runtime_s > limit_s;
-            let end_s = t_s + if timeout { limit_s } else { runtime_s };
-            self.ends.insert((end_s, job_id, alloc_id, code, timeout));
+            let end = if limit_s > 0 && runtime_s > limit_s {
+                (t_s + limit_s, job_id, alloc_id, End::Timeout)
+            } else {
+                (t_s + runtime_s, job_id, alloc_id, End::Exits(code))
+            };
+            self.ends.insert(end);
+            self.wake_at_exempt_end(job_id, t_s);
         }
+        // Victims the plan chose: stopped at the end of their grace (their
+        // stop takes no time).
+        let evicted: Vec<(JobId, u64, u64)> = self
+            .state
+            .running_ids()
+            .filter_map(|id| {
+                let job = &self.state.job(id)?.job;
+                let mark = job.evicted.as_ref()?;
+                let alloc_id = job.alloc.as_ref()?.alloc_id;
+                (!self.evicting.contains(&alloc_id)).then_some((id, alloc_id, mark.grace_s))
+            })
+            .collect();
+        let mut exited_now = false;
+        for (job_id, alloc_id, grace_s) in evicted {
+            self.evicting.insert(alloc_id);
+            if grace_s == 0 {
+                self.exit(job_id, alloc_id, 0, 15, now_ms);
+                exited_now = true;
+            } else {
+                self.ends
+                    .insert((t_s + grace_s, job_id, alloc_id, End::Evicted));
+            }
+        }
+        exited_now
     }
 }
 
@@ -394,9 +577,12 @@ impl Cluster {
 fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
     let mut c = Cluster {
         state: SmState::default(),
+        policy: policy_of(w),
         down: BTreeSet::new(),
         ends: BTreeSet::new(),
+        evicting: BTreeSet::new(),
         runs: BTreeMap::new(),
+        wakes: BTreeSet::new(),
     };
     for host in hosts_of(w) {
         c.apply(Command::RegisterHost {
@@ -409,11 +595,17 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
             step_addr: String::new(),
         });
     }
-    for a in &w.accounts {
-        let set = c.apply(Command::SetPolicy {
-            change: PolicyChange::UpsertAccount(account(a)),
-            now_ms: 0,
-        });
+    let cancel = w.preemption == Some(true);
+    let changes = [normal_qos(cancel, None), high_qos()]
+        .into_iter()
+        .map(PolicyChange::UpsertQos)
+        .chain(
+            w.accounts
+                .iter()
+                .map(|a| PolicyChange::UpsertAccount(account(a))),
+        );
+    for change in changes {
+        let set = c.apply(Command::SetPolicy { change, now_ms: 0 });
         assert_eq!(set, Response::PolicySet);
     }
     let names = task_names(w);
@@ -424,23 +616,34 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
     let (mut next_submit, mut next_event) = (0, 0);
     for _ in 0..INSTANTS_MAX {
         let next_end = c.ends.first().map(|e| e.0);
-        let Some(t_s) = times.first().copied().into_iter().chain(next_end).min() else {
+        let next_wake = c.wakes.first().copied();
+        let Some(t_s) = times
+            .first()
+            .copied()
+            .into_iter()
+            .chain(next_end)
+            .chain(next_wake)
+            .min()
+        else {
             break;
         };
         times.remove(&t_s);
+        c.wakes.remove(&t_s);
         let now_ms = t_s * 1000;
         while c.ends.first().is_some_and(|e| e.0 == t_s) {
-            let Some((_, job_id, alloc_id, code, timeout)) = c.ends.pop_first() else {
+            let Some((_, job_id, alloc_id, end)) = c.ends.pop_first() else {
                 break;
             };
-            if timeout {
-                c.apply(Command::TimeLimitReached {
-                    allocations: vec![(job_id, alloc_id)],
-                    now_ms,
-                });
-                c.exit(job_id, alloc_id, 0, 15, now_ms);
-            } else {
-                c.exit(job_id, alloc_id, code, 0, now_ms);
+            match end {
+                End::Timeout => {
+                    c.apply(Command::TimeLimitReached {
+                        allocations: vec![(job_id, alloc_id)],
+                        now_ms,
+                    });
+                    c.exit(job_id, alloc_id, 0, 15, now_ms);
+                }
+                End::Exits(code) => c.exit(job_id, alloc_id, code, 0, now_ms),
+                End::Evicted => c.exit(job_id, alloc_id, 0, 15, now_ms),
             }
         }
         while w.submits.get(next_submit).is_some_and(|s| s.at_s == t_s) {
@@ -482,6 +685,26 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
                         }
                     }
                 }
+                Event::Hold(s) | Event::Release(s) => {
+                    let action = match w.events[next_event].1 {
+                        Event::Hold(_) => JobAction::Hold,
+                        _ => JobAction::Release { admin: false },
+                    };
+                    if let Some(&first) = first_id.get(s) {
+                        for job_id in first..first + names[s].1.len() as u64 {
+                            c.apply(Command::ControlJob {
+                                job_id,
+                                action,
+                                now_ms,
+                            });
+                        }
+                    }
+                }
+                Event::LimitNormal(n) => {
+                    let change = PolicyChange::UpsertQos(normal_qos(cancel, Some(n)));
+                    let set = c.apply(Command::SetPolicy { change, now_ms });
+                    assert_eq!(set, Response::PolicySet);
+                }
                 Event::Down(h) => {
                     let host = w.hosts[h].0.clone();
                     c.down.insert(host.clone());
@@ -499,6 +722,13 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
         }
         c.pass(t_s);
     }
+    if let Ok(job) = std::env::var("DUMP_JOB") {
+        for r in c.state.jobs().filter(|r| name_of[&r.job.id] == job) {
+            for e in &r.events {
+                eprintln!("  {} {} {}", e.time_ms / 1000, e.kind, e.message);
+            }
+        }
+    }
     let outcomes = c
         .state
         .jobs()
@@ -512,6 +742,7 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
                 end_s: (r.job.end_ms > 0).then_some(r.job.end_ms / 1000),
                 state: r.job.state.slurm_name().to_string(),
             }
+            .settled()
         })
         .collect();
     (outcomes, usage_by_account(&c.state.data.usage.usage))
@@ -531,8 +762,9 @@ fn compare(seed: u64) -> Result<(), String> {
     for (a, b) in sim.iter().zip(&state) {
         if a != b {
             return Err(format!(
-                "seed {seed}: job {} differs:\n  simulator:     {a:?}\n  state machine: {b:?}",
-                a.name
+                "seed {seed}: job {} differs:\n  simulator:     {a:?}\n  state machine: {b:?}\n{}",
+                a.name,
+                side_by_side(&w, &sim, &state)
             ));
         }
     }
@@ -574,10 +806,56 @@ fn the_simulator_and_the_state_machine_agree_on_every_job() {
         .into_iter()
         .filter_map(|s| compare(s).err())
         .collect();
+    // The first few in full: each carries its whole workload.
+    let shown: Vec<&str> = failures.iter().take(3).map(String::as_str).collect();
     assert!(
         failures.is_empty(),
-        "{} seeds differ:\n{}",
+        "{} seeds differ; the first {}:\n{}",
         failures.len(),
-        failures.join("\n")
+        shown.len(),
+        shown.join("\n")
     );
+}
+
+/// One seed's workload and both outcomes side by side, `*` on the jobs
+/// that differ: what a failure shows.
+fn side_by_side(w: &Workload, sim: &[Outcome], state: &[Outcome]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for (a, b) in sim.iter().zip(state) {
+        let mark = if a == b { " " } else { "*" };
+        let _ = writeln!(
+            out,
+            "{mark} {} sim {:?} {:?} {:?} {} | state {:?} {:?} {:?} {}",
+            a.name, a.start_s, a.hosts, a.end_s, a.state, b.start_s, b.hosts, b.end_s, b.state
+        );
+    }
+    for s in &w.submits {
+        let _ = writeln!(
+            out,
+            "submit {} at {} nodes {} cpus {} qos {:?} limit {} run {} tasks {} after {:?}",
+            s.name,
+            s.at_s,
+            s.spec.nodes,
+            s.spec.cpus,
+            s.spec.qos,
+            s.spec.time_limit_s,
+            s.runtime_s,
+            s.tasks,
+            s.after
+        );
+    }
+    let _ = writeln!(out, "hosts {:?} preemption {:?}", w.hosts, w.preemption);
+    for (t, e) in &w.events {
+        let what = match e {
+            Event::Cancel(s) => format!("cancel {s}"),
+            Event::Hold(s) => format!("hold {s}"),
+            Event::Release(s) => format!("release {s}"),
+            Event::LimitNormal(n) => format!("limit {n}"),
+            Event::Down(h) => format!("down {h}"),
+            Event::Up(h) => format!("up {h}"),
+        };
+        let _ = writeln!(out, "event {t} {what}");
+    }
+    out
 }

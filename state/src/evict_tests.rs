@@ -717,3 +717,33 @@ fn a_borrowed_run_that_ends_on_its_own_is_charged_whole_when_it_ends() {
     // 4 CPUs for the 60 s from its start to its end.
     assert_eq!(cpu_seconds_charged(&s, "lab"), 240.0);
 }
+
+#[test]
+fn a_first_claim_ends_for_a_pass_at_its_hold_though_no_plan_dropped_it() {
+    let (mut s, victim, claimant, alloc) = victim_and_claimant();
+    plan(
+        &mut s,
+        71_000,
+        vec![],
+        vec![eviction(victim, claimant, alloc, true)],
+        vec![],
+    );
+    exited(&mut s, victim, alloc, 75_000);
+    let claimed_at = |s: &SmState, now_ms: u64| {
+        s.pass_input(|_| HostState::Up)
+            .into_snapshot_at(now_ms)
+            .pending
+            .iter()
+            .any(|p| p.id == claimant && p.room_freed)
+    };
+    assert!(claimed_at(&s, 75_000));
+    assert!(claimed_at(&s, 75_000 + ROOM_FREED_HOLD_MS - 1));
+    assert!(!claimed_at(&s, 75_000 + ROOM_FREED_HOLD_MS));
+    // Still stored until a plan drops it; a display snapshot shows it.
+    assert_eq!(s.job(claimant).expect("c").job.room_freed_ms, 75_000);
+    assert!(s
+        .scheduler_snapshot(|_| HostState::Up)
+        .pending
+        .iter()
+        .any(|p| p.id == claimant && p.room_freed));
+}

@@ -287,7 +287,18 @@ pub struct PassInput {
 }
 
 impl PassInput {
-    /// The snapshot, pending jobs in queue order.
+    /// The snapshot, pending jobs in queue order, for a pass at `now_ms`:
+    /// a first claim on freed room older than [`ROOM_FREED_HOLD_MS`] then
+    /// is over, though no plan has yet been applied to drop it.
+    pub fn into_snapshot_at(mut self, now_ms: u64) -> Snapshot {
+        self.extras
+            .claims_ms
+            .retain(|_, freed_ms| now_ms < freed_ms.saturating_add(ROOM_FREED_HOLD_MS));
+        self.into_snapshot()
+    }
+
+    /// The snapshot, pending jobs in queue order, with every first claim
+    /// the state holds.
     pub fn into_snapshot(self) -> Snapshot {
         Snapshot {
             pending: self
@@ -304,9 +315,11 @@ impl PassInput {
 struct PendingExtras {
     /// Why its dependencies hold it, for those they hold.
     dependency: BTreeMap<JobId, berth_scheduler::Reason>,
-    /// Victims are stopping for these, or just left for them: the room is
-    /// theirs first.
+    /// Victims are stopping for these: the room is theirs first.
     room_freed: BTreeSet<JobId>,
+    /// Victims left for these, at that time (`Job::room_freed_ms`): the
+    /// room is theirs first for [`ROOM_FREED_HOLD_MS`].
+    claims_ms: BTreeMap<JobId, u64>,
 }
 
 impl PendingExtras {
@@ -315,7 +328,8 @@ impl PendingExtras {
     fn pending_job(&self, view: &pending_views::PendingView) -> Arc<PendingJob> {
         let id = view.job.id;
         let dependency = self.dependency.get(&id).cloned();
-        let room_freed = !self.room_freed.is_empty() && self.room_freed.contains(&id);
+        let room_freed = (!self.room_freed.is_empty() && self.room_freed.contains(&id))
+            || (!self.claims_ms.is_empty() && self.claims_ms.contains_key(&id));
         debug_assert!(view.job.dependency.is_none() && !view.job.room_freed);
         if dependency.is_none() && !room_freed {
             return Arc::clone(&view.job);
@@ -555,8 +569,12 @@ impl SmState {
             .collect();
         // Victims are stopping for these, or just left for them: the room
         // is theirs first.
-        let mut room_freed = self.evicted_for();
-        room_freed.extend(self.room_claims.iter().copied());
+        let room_freed = self.evicted_for();
+        let claims_ms = self
+            .room_claims
+            .iter()
+            .filter_map(|id| Some((*id, self.data.jobs.get(id)?.job.room_freed_ms)))
+            .collect();
         let wants_singleton = views.clone().any(|v| v.singleton);
         let deps = spec_rules::DependencyView::with_singleton(self, wants_singleton);
         let dependency = views
@@ -614,6 +632,7 @@ impl SmState {
             PendingExtras {
                 dependency,
                 room_freed,
+                claims_ms,
             },
         )
     }

@@ -50,7 +50,7 @@ impl Engine<'_> {
     /// Jobs room is being freed for: victims evicted for them are still
     /// stopping, or exited in this instant. The pass takes them first.
     pub(super) fn room_freed_for(&self) -> std::collections::BTreeSet<usize> {
-        let mut out = self.freed_now.clone();
+        let mut out: std::collections::BTreeSet<usize> = self.claims.keys().copied().collect();
         if self.input.policy.preemption.enabled || self.input.policy.idle_fill.enabled {
             out.extend(
                 self.running
@@ -150,7 +150,7 @@ impl Engine<'_> {
         self.runs[idx].charge_at_end = false;
         let cpu_s = u128::from(self.runs[idx].held_cpus) * u128::from(run_s);
         self.leave(idx);
-        self.freed_now.insert(evicted.by);
+        self.claims.insert(evicted.by, t_s);
         let by_name = self.input.jobs[evicted.by].name.clone();
         self.line(&super::EndLine {
             t_s,
