@@ -1,7 +1,9 @@
 //! The simulator against the cluster's state machine: a seeded random
 //! workload (single and multi-host jobs, arrays, dependencies, exit codes,
-//! time limits, cancels, holds and releases, a QOS limit set mid-run, QOS
-//! preemption that requeues or cancels, hosts lost and back) is run by
+//! time limits, cancels, holds and releases, a QOS limit set mid-run, an
+//! account's priority changed, QOS preemption that requeues or cancels,
+//! idle-fill lending past a QOS node cap and reclaiming, hosts lost and
+//! back) is run by
 //! `berth sim`'s engine and, command by command, through
 //! `berth_state::SmState::apply` with the same scheduler pass between
 //! instants, as the leader and the agents would propose them. Both must
@@ -74,6 +76,8 @@ struct Workload {
     accounts: Vec<String>,
     /// Preemption on, and whether `normal`'s victims are cancelled.
     preemption: Option<bool>,
+    /// Idle-fill on: `normal` lends past its node cap, and reclaims.
+    idle_fill: bool,
     submits: Vec<Submit>,
     /// (time, what): `Cancel(submit)`, `Down(host)`, `Up(host)`.
     events: Vec<(u64, Event)>,
@@ -86,13 +90,17 @@ enum Event {
     Release(usize),
     /// QOS `normal` gets at most this many running jobs per user.
     LimitNormal(u32),
+    /// Account `b`'s priority becomes this.
+    PriorityOfB(i64),
     Down(usize),
     Up(usize),
 }
 
 /// The QOS every job runs under unless it asks `high`, which may preempt
-/// it: requeued or, when `cancel`, ended for good.
-fn normal_qos(cancel: bool, max_jobs_per_user: Option<u32>) -> Qos {
+/// it: requeued or, when `cancel`, ended for good. With idle-fill on, its
+/// jobs may hold 2 hosts, and borrow idle ones past that.
+fn normal_qos(w: &Workload, max_jobs_per_user: Option<u32>) -> Qos {
+    let cancel = w.preemption == Some(true);
     let mut qos = Qos {
         name: NORMAL_QOS.into(),
         preempt_mode: if cancel {
@@ -103,6 +111,9 @@ fn normal_qos(cancel: bool, max_jobs_per_user: Option<u32>) -> Qos {
         ..Qos::default()
     };
     qos.limits.max_jobs_per_user = max_jobs_per_user;
+    if w.idle_fill {
+        qos.limits.grp_tres.node = Some(2);
+    }
     qos
 }
 
@@ -176,6 +187,10 @@ fn workload(seed: u64) -> Workload {
         let limit = rng.range(1, 3) as u32;
         events.push((rng.range(0, last_s), Event::LimitNormal(limit)));
     }
+    if rng.chance(30) {
+        let priority = rng.range(0, 2000) as i64 - 1000;
+        events.push((rng.range(0, last_s), Event::PriorityOfB(priority)));
+    }
     if rng.chance(60) {
         let h = rng.range(0, hosts.len() as u64 - 1) as usize;
         let down_s = rng.range(0, last_s);
@@ -184,10 +199,12 @@ fn workload(seed: u64) -> Workload {
     }
     events.sort_by_key(|(t, _)| *t);
     let preemption = rng.chance(50).then(|| rng.chance(30));
+    let idle_fill = rng.chance(40);
     Workload {
         hosts,
         accounts,
         preemption,
+        idle_fill,
         submits,
         events,
     }
@@ -252,9 +269,10 @@ fn hosts_of(w: &Workload) -> Vec<Host> {
         .collect()
 }
 
-fn account(name: &str) -> Account {
+fn account(name: &str, priority: i64) -> Account {
     Account {
         name: name.into(),
+        priority,
         users: vec!["alice".into(), "bob".into()],
         qos: vec![NORMAL_QOS.into(), "high".into()],
         ..Default::default()
@@ -264,6 +282,7 @@ fn account(name: &str) -> Account {
 fn policy_of(w: &Workload) -> Policy {
     let mut policy = Policy::default();
     policy.preemption.enabled = w.preemption.is_some();
+    policy.idle_fill.enabled = w.idle_fill;
     policy
 }
 
@@ -309,9 +328,8 @@ fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
                         _ => SimAction::Release(jobs),
                     }
                 }
-                Event::LimitNormal(n) => {
-                    SimAction::ModifyQos(Box::new(normal_qos(w.preemption == Some(true), Some(n))))
-                }
+                Event::LimitNormal(n) => SimAction::ModifyQos(Box::new(normal_qos(w, Some(n)))),
+                Event::PriorityOfB(p) => SimAction::SetAccountPriority("b".into(), p),
                 Event::Down(h) => SimAction::HostDown(vec![w.hosts[h].0.clone()]),
                 Event::Up(h) => SimAction::HostUp(vec![w.hosts[h].0.clone()]),
             },
@@ -323,8 +341,8 @@ fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
         events,
         policy: policy_of(w),
         world: Snapshot {
-            accounts: w.accounts.iter().map(|a| account(a)).collect(),
-            qos: vec![normal_qos(w.preemption == Some(true), None), high_qos()],
+            accounts: w.accounts.iter().map(|a| account(a, 0)).collect(),
+            qos: vec![normal_qos(w, None), high_qos()],
             ..Snapshot::default()
         },
         until_s: None,
@@ -471,8 +489,15 @@ impl Cluster {
     }
 
     /// Asks for a pass when `job_id`, started at `t_s`, stops being exempt
-    /// from preemption.
+    /// from preemption or from idle-fill's reclaim.
     fn wake_at_exempt_end(&mut self, job_id: JobId, t_s: u64) {
+        // A run on lent capacity is safe from reclaim for its window.
+        if let Some(job) = self.state.job(job_id).map(|r| &r.job) {
+            let window_s = self.policy.idle_fill.exempt_window_s(job.reclaims);
+            if self.policy.idle_fill.enabled && job.borrowed && window_s > 0 {
+                self.wakes.insert(t_s + window_s);
+            }
+        }
         if !self.policy.preemption.enabled {
             return;
         }
@@ -595,14 +620,13 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
             step_addr: String::new(),
         });
     }
-    let cancel = w.preemption == Some(true);
-    let changes = [normal_qos(cancel, None), high_qos()]
+    let changes = [normal_qos(w, None), high_qos()]
         .into_iter()
         .map(PolicyChange::UpsertQos)
         .chain(
             w.accounts
                 .iter()
-                .map(|a| PolicyChange::UpsertAccount(account(a))),
+                .map(|a| PolicyChange::UpsertAccount(account(a, 0))),
         );
     for change in changes {
         let set = c.apply(Command::SetPolicy { change, now_ms: 0 });
@@ -701,7 +725,12 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
                     }
                 }
                 Event::LimitNormal(n) => {
-                    let change = PolicyChange::UpsertQos(normal_qos(cancel, Some(n)));
+                    let change = PolicyChange::UpsertQos(normal_qos(w, Some(n)));
+                    let set = c.apply(Command::SetPolicy { change, now_ms });
+                    assert_eq!(set, Response::PolicySet);
+                }
+                Event::PriorityOfB(p) => {
+                    let change = PolicyChange::UpsertAccount(account("b", p));
                     let set = c.apply(Command::SetPolicy { change, now_ms });
                     assert_eq!(set, Response::PolicySet);
                 }
@@ -745,7 +774,40 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
             .settled()
         })
         .collect();
+    COVERAGE.with(|cov| cov.borrow_mut().add(&c.state));
     (outcomes, usage_by_account(&c.state.data.usage.usage))
+}
+
+/// What the seeds exercised, so a workload that stopped reaching a rule
+/// (no preemption, no reclaim) fails the test instead of passing idly.
+#[derive(Debug, Default)]
+struct Coverage {
+    gangs: u64,
+    arrays: u64,
+    preempted: u64,
+    reclaimed: u64,
+    borrowed_starts: u64,
+    states: BTreeSet<&'static str>,
+}
+
+impl Coverage {
+    fn add(&mut self, state: &SmState) {
+        for r in state.jobs() {
+            let job = &r.job;
+            self.gangs += u64::from(job.spec.nodes > 1 && job.alloc.is_some());
+            self.arrays += u64::from(job.spec.array_task_count > 1);
+            self.reclaimed += u64::from(job.reclaims);
+            self.states.insert(job.state.slurm_name());
+            for e in &r.events {
+                self.preempted += u64::from(e.message.starts_with("PREEMPTED"));
+                self.borrowed_starts += u64::from(e.message.contains("on borrowed capacity"));
+            }
+        }
+    }
+}
+
+thread_local! {
+    static COVERAGE: std::cell::RefCell<Coverage> = std::cell::RefCell::new(Coverage::default());
 }
 
 fn compare(seed: u64) -> Result<(), String> {
@@ -806,6 +868,30 @@ fn the_simulator_and_the_state_machine_agree_on_every_job() {
         .into_iter()
         .filter_map(|s| compare(s).err())
         .collect();
+    let coverage = COVERAGE.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    if std::env::var("BERTH_DIFF_SEEDS").is_err() {
+        let c = &coverage;
+        let reached = c.gangs > 0
+            && c.arrays > 0
+            && c.preempted > 0
+            && c.reclaimed > 0
+            && c.borrowed_starts > 0
+            && [
+                "COMPLETED",
+                "FAILED",
+                "TIMEOUT",
+                "CANCELLED",
+                "NODE_FAIL",
+                "PREEMPTED",
+            ]
+            .iter()
+            .all(|s| c.states.contains(s));
+        assert!(
+            reached,
+            "the CI seeds no longer reach every rule: {coverage:?}"
+        );
+    }
+    eprintln!("{coverage:?}");
     // The first few in full: each carries its whole workload.
     let shown: Vec<&str> = failures.iter().take(3).map(String::as_str).collect();
     assert!(
@@ -845,13 +931,18 @@ fn side_by_side(w: &Workload, sim: &[Outcome], state: &[Outcome]) -> String {
             s.after
         );
     }
-    let _ = writeln!(out, "hosts {:?} preemption {:?}", w.hosts, w.preemption);
+    let _ = writeln!(
+        out,
+        "hosts {:?} preemption {:?} idle-fill {}",
+        w.hosts, w.preemption, w.idle_fill
+    );
     for (t, e) in &w.events {
         let what = match e {
             Event::Cancel(s) => format!("cancel {s}"),
             Event::Hold(s) => format!("hold {s}"),
             Event::Release(s) => format!("release {s}"),
             Event::LimitNormal(n) => format!("limit {n}"),
+            Event::PriorityOfB(p) => format!("priority of b {p}"),
             Event::Down(h) => format!("down {h}"),
             Event::Up(h) => format!("up {h}"),
         };
