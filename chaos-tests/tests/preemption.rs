@@ -163,6 +163,13 @@ async fn a_preempting_qos_stops_requeues_and_restarts_the_victim() {
     .await;
     let requeued = wait_for_job(&cluster, victim, "pending again", is(JobState::Pending)).await;
     assert_eq!(requeued.job_id, victim, "it keeps its id");
+    // While it waits, its reason says why it is back in the queue.
+    assert!(
+        requeued
+            .reason_text
+            .contains(&format!("Preempted by job {urgent}; queued again")),
+        "{requeued:?}"
+    );
     let victim_events = events(&cluster, victim).await;
     assert!(
         victim_events.iter().any(|(k, m)| k == "preempted"

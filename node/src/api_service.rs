@@ -13,6 +13,7 @@ use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::berth_api_server::BerthApi;
 use berth_proto::api::*;
 use berth_raft_store::StateMachineStore;
+use berth_scheduler::evict::requeued_detail;
 use berth_scheduler::explain::explain_hosts;
 use berth_scheduler::priority::PriorityBreakdown;
 use berth_scheduler::JobState as SmJobState;
@@ -132,7 +133,12 @@ impl ApiService {
                 .last_details
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if let Some(detail) = details.get(&record.job.id) {
+            let pass_detail = details.get(&record.job.id).map(String::as_str);
+            let detail = match record.job.requeued_for {
+                0 => pass_detail.map(str::to_string),
+                by => Some(requeued_detail(&format!("job {by}"), pass_detail)),
+            };
+            if let Some(detail) = detail {
                 job.reason_text = format!("{}: {detail}", job.reason_text);
             }
             drop(details);

@@ -31,6 +31,18 @@ impl EvictCause {
     }
 }
 
+/// What a job evicted and queued again says while it waits, the pass's
+/// own sentence after it where there is one: the one wording the
+/// cluster's reasons and the simulator's lines share. `by` names the job
+/// it was evicted for as the reader knows it ("job 7", or a scenario's
+/// name for it).
+pub fn requeued_detail(by: &str, pass_detail: Option<&str>) -> String {
+    match pass_detail {
+        Some(detail) => format!("Preempted by {by}; queued again; {detail}"),
+        None => format!("Preempted by {by}; queued again"),
+    }
+}
+
 /// One running job to stop, and for whom.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Eviction {

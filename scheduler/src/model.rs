@@ -511,6 +511,11 @@ pub struct Job {
     /// command version 10.
     #[serde(default, skip_serializing_if = "u32_is_zero")]
     pub admin_priority: u32,
+    /// The job it was last evicted for, while it waits in the queue again
+    /// after that eviction (0 = none): its reason says so until it starts
+    /// (`evict::requeued_detail`).
+    #[serde(default, skip_serializing_if = "u64_is_zero")]
+    pub requeued_for: JobId,
 }
 
 /// A committed eviction of a running job, for whom and how.

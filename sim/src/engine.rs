@@ -16,6 +16,7 @@ use serde::Serialize;
 use berth_scheduler::assoc::UserRecord;
 use berth_scheduler::catalog::Catalog;
 use berth_scheduler::deps::{self, DependencySpec};
+use berth_scheduler::evict::requeued_detail;
 use berth_scheduler::fit::fits;
 use berth_scheduler::limits::{self, SubmitCounts};
 use berth_scheduler::model::{Host, HostState, JobId, JobState, Resources};
@@ -757,10 +758,10 @@ impl Engine<'_> {
             }
             self.runs[idx].last_reason = Some(*reason);
             // A job back in the queue after an eviction says so once.
-            let detail = match (self.runs[idx].preempted_by.take(), plan.details.get(&id)) {
-                (Some(by), Some(d)) => Some(format!("Preempted by {by}; queued again; {d}")),
-                (Some(by), None) => Some(format!("Preempted by {by}; queued again")),
-                (None, d) => d.cloned(),
+            let pass_detail = plan.details.get(&id).map(String::as_str);
+            let detail = match self.runs[idx].preempted_by.take() {
+                Some(by) => Some(requeued_detail(&by, pass_detail)),
+                None => pass_detail.map(str::to_string),
             };
             let name = &self.input.jobs[idx].name;
             self.line(&PendingLine {

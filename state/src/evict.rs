@@ -141,6 +141,9 @@ impl SmState {
             );
             let why = format!("{what} by job {by} ({})", mark.mode_word());
             self.back_to_queue(job_id, &why, false, false, now_ms, dirty);
+            if let Some(record) = self.data.jobs.get_mut(&job_id) {
+                record.job.requeued_for = by;
+            }
         } else {
             let state = if cancel {
                 JobState::Cancelled

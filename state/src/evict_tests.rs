@@ -216,6 +216,8 @@ fn an_eviction_stops_the_victim_and_requeues_it_without_spending_a_restart() {
             "PREEMPTED on h1: Preempted by job {claimant} (PreemptMode=Requeue); queued again"
         )));
     assert_eq!(s.data.hosts["h1"].allocated, Resources::default());
+    // It waits saying whom it was preempted for, until it starts again.
+    assert_eq!(v.job.requeued_for, claimant);
     // The claimant keeps the first claim on the room until it starts.
     let snap = s.scheduler_snapshot(|_| HostState::Up);
     assert!(snap
@@ -235,6 +237,46 @@ fn an_eviction_stops_the_victim_and_requeues_it_without_spending_a_restart() {
         1
     );
     assert_eq!(s.job(claimant).expect("c").job.room_freed_ms, 0);
+    assert_eq!(
+        plan(
+            &mut s,
+            90_000,
+            vec![placement(victim, "h1", 4)],
+            vec![],
+            vec![]
+        )
+        .0,
+        0,
+        "h1 is the claimant's"
+    );
+    assert_eq!(s.job(victim).expect("victim").job.requeued_for, claimant);
+}
+
+#[test]
+fn a_requeued_victim_forgets_its_preemptor_once_it_starts_again() {
+    let (mut s, victim, claimant, alloc) = victim_and_claimant();
+    plan(
+        &mut s,
+        71_000,
+        vec![],
+        vec![eviction(victim, claimant, alloc, true)],
+        vec![],
+    );
+    exited(&mut s, victim, alloc, 75_000);
+    assert_eq!(s.job(victim).expect("victim").job.requeued_for, claimant);
+    register(&mut s, "h2", 4);
+    assert_eq!(
+        plan(
+            &mut s,
+            76_000,
+            vec![placement(victim, "h2", 4)],
+            vec![],
+            vec![]
+        )
+        .0,
+        1
+    );
+    assert_eq!(s.job(victim).expect("victim").job.requeued_for, 0);
 }
 
 #[test]

@@ -139,6 +139,7 @@ impl JobRecord {
                 evicted: None,
                 room_freed_ms: 0,
                 admin_priority: 0,
+                requeued_for: 0,
             },
             events: Vec::new(),
             events_total: 0,
@@ -1306,6 +1307,7 @@ impl SmState {
         record.job.borrowed = borrowed;
         record.job.evicted = None;
         record.job.room_freed_ms = 0;
+        record.job.requeued_for = 0;
         self.room_claims.remove(&placement.job_id);
         record.job.alloc = Some(Allocation {
             alloc_id,
