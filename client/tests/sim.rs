@@ -45,7 +45,7 @@ fn unknown_keys_fail_naming_file_and_key() {
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
         text(&out.stderr),
-        format!("berth: error: {path}: unknown key colour\n")
+        format!("berth: error: {path}: line 1: unknown key colour\n")
     );
     assert!(out.stdout.is_empty());
     let _ = std::fs::remove_dir_all(&dir);

@@ -46,6 +46,28 @@ pub enum SimError {
         line: usize,
         expected: String,
     },
+    /// A scenario key of the wrong kind, where serde tells the line.
+    #[error("{file}: line {line}: {key}: expected {expected}")]
+    InvalidAt {
+        file: String,
+        line: usize,
+        key: String,
+        expected: String,
+    },
+    /// An unknown scenario key, at its line.
+    #[error("{file}: line {line}: unknown key {key}")]
+    UnknownKeyAt {
+        file: String,
+        line: usize,
+        key: String,
+    },
+    /// A required scenario key left out, at the line of its table.
+    #[error("{file}: line {line}: missing key {key}")]
+    MissingKeyAt {
+        file: String,
+        line: usize,
+        key: String,
+    },
     #[error("simulator bug: {0}")]
     Internal(String),
 }

@@ -1,21 +1,29 @@
 //! Scenario files (`berth sim run`), parsed from text into what the engine
-//! runs. Every key is checked: a key this simulator knows but does not
-//! implement yet is refused by name, an unknown key is refused, and a value
-//! of the wrong kind names the key and what was expected.
+//! runs. The file is read with serde into the structs of `file`: an
+//! unknown key, a missing key or a value of the wrong kind is refused
+//! with its line (`located`). What serde cannot check (names that must
+//! exist, ranges, hostlists, arrays, dependencies) is checked here, each
+//! error naming the file, the key and what was expected.
+
+mod file;
+mod located;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use toml::{Table, Value};
-
 use berth_scheduler::assoc::{Account, UserRecord, ROOT_ACCOUNT};
+use berth_scheduler::catalog::Catalog;
 use berth_scheduler::deps::{DepKind, Dependency, DependencySpec};
-use berth_scheduler::idlefill::{IdleFill, EXEMPT_WINDOW_MAX_S};
+use berth_scheduler::idlefill::EXEMPT_WINDOW_MAX_S;
 use berth_scheduler::model::{EmulatorInventory, Host, Inventory, Resources};
 use berth_scheduler::partition::Partition;
 use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
-use berth_scheduler::qos::{Limits, PreemptMode, Qos, QosFlags, TresKind, TresLimits, NORMAL_QOS};
+use berth_scheduler::qos::{Limits, PreemptMode, Qos, QosFlags, NORMAL_QOS};
 use berth_scheduler::resv::AdminReservation;
 
+use self::file::{
+    AccountFile, EmulatorFile, EventFile, HostFile, JobFile, PartitionFile, QosFile,
+    ReservationFile, ScenarioFile, SchedulerFile, ShapeKeys, UserFile,
+};
 use crate::engine::{SimAction, SimEvent, SimJob};
 use crate::hostlist;
 use crate::SimError;
@@ -39,13 +47,7 @@ pub struct Scenario {
 /// The agent's default stop grace (SIGTERM to SIGKILL), as berthd's.
 pub const STOP_GRACE_S_DEFAULT: u64 = 30;
 
-/// Keys that exist in the scenario format (SIM.md) but that this simulator
-/// does not implement yet. Each may appear only with the value that means
-/// "off", given here; any other value is refused rather than ignored.
-const NOT_YET: &[(&str, &str, Option<&str>)] = &[
-    // (section, key, accepted "off" value as TOML)
-];
-
+/// Names the file in the errors of the checks serde cannot make.
 struct Ctx<'a> {
     file: &'a str,
 }
@@ -59,271 +61,47 @@ impl Ctx<'_> {
         }
     }
 
-    /// Refuses keys of `table` (at `path`, in `section`) outside `known`.
-    fn check_keys(
-        &self,
-        table: &Table,
-        section: &str,
-        path: &str,
-        known: &[&str],
-    ) -> Result<(), SimError> {
-        for (key, value) in table {
-            let full = if path.is_empty() {
-                key.clone()
-            } else {
-                format!("{path}.{key}")
-            };
-            if known.contains(&key.as_str()) {
-                continue;
-            }
-            if let Some((_, _, off)) = NOT_YET.iter().find(|(s, k, _)| *s == section && k == key) {
-                let accepted =
-                    off.and_then(|o| o.parse::<Value>().ok().or_else(|| parse_scalar(o)));
-                if accepted.as_ref() == Some(value) {
-                    continue;
-                }
-                return Err(SimError::Unsupported {
-                    file: self.file.to_string(),
-                    key: full,
-                });
-            }
-            return Err(SimError::UnknownKey {
-                file: self.file.to_string(),
-                key: full,
-            });
+    /// Refuses `name` at `key` when it is `taken`: `what` names are used
+    /// once.
+    fn once(&self, key: &str, what: &str, name: &str, taken: bool) -> Result<(), SimError> {
+        if taken {
+            let expected = format!("{what} names used once; {name} is named twice");
+            return Err(self.invalid(key, expected));
         }
         Ok(())
     }
 
-    fn u64_of(&self, table: &Table, path: &str, key: &str) -> Result<Option<u64>, SimError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Value::Integer(n)) if *n >= 0 => Ok(Some(*n as u64)),
-            Some(_) => Err(self.invalid(&format!("{path}.{key}"), "a whole number >= 0")),
+    fn unknown(&self, key: &str) -> SimError {
+        SimError::UnknownKey {
+            file: self.file.to_string(),
+            key: key.to_string(),
         }
     }
 
-    fn u32_of(&self, table: &Table, path: &str, key: &str) -> Result<Option<u32>, SimError> {
-        match self.u64_of(table, path, key)? {
-            None => Ok(None),
-            Some(n) => u32::try_from(n)
-                .map(Some)
-                .map_err(|_| self.invalid(&format!("{path}.{key}"), "a whole number below 2^32")),
-        }
-    }
-
-    fn i64_of(&self, table: &Table, path: &str, key: &str) -> Result<Option<i64>, SimError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Value::Integer(n)) => Ok(Some(*n)),
-            Some(_) => Err(self.invalid(&format!("{path}.{key}"), "a whole number")),
-        }
-    }
-
-    fn f64_of(&self, table: &Table, path: &str, key: &str) -> Result<Option<f64>, SimError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Value::Float(x)) if *x >= 0.0 && x.is_finite() => Ok(Some(*x)),
-            Some(Value::Integer(n)) if *n >= 0 => Ok(Some(*n as f64)),
-            Some(_) => Err(self.invalid(&format!("{path}.{key}"), "a number >= 0")),
-        }
-    }
-
-    fn table_of<'t>(
-        &self,
-        table: &'t Table,
-        path: &str,
-        key: &str,
-    ) -> Result<Option<&'t Table>, SimError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Value::Table(t)) => Ok(Some(t)),
-            Some(_) => Err(self.invalid(&format!("{path}.{key}"), "an inline table { ... }")),
-        }
-    }
-
-    /// A TRES table such as `{ node = 4, gpu = 16 }`.
-    fn tres_of(&self, table: &Table, path: &str, key: &str) -> Result<TresLimits, SimError> {
-        let mut limits = TresLimits::default();
-        let Some(t) = self.table_of(table, path, key)? else {
-            return Ok(limits);
-        };
-        let here = format!("{path}.{key}");
-        for (k, v) in t {
-            let kind = TresKind::ALL
-                .into_iter()
-                .find(|kind| kind.key() == k)
-                .ok_or_else(|| {
-                    self.invalid(
-                        &format!("{here}.{k}"),
-                        "a TRES key: node, cpu, mem_mb, gpu or emu",
-                    )
-                })?;
-            let n = match v {
-                Value::Integer(n) if *n >= 0 => *n as u64,
-                _ => return Err(self.invalid(&format!("{here}.{k}"), "a whole number >= 0")),
-            };
-            limits.set(kind, Some(n));
-        }
-        Ok(limits)
-    }
-
-    fn u32_limit(&self, table: &Table, path: &str, key: &str) -> Result<Option<u32>, SimError> {
-        self.u32_of(table, path, key)
-    }
-
-    /// The limit keys shared by QOS and accounts.
-    fn limits_of(&self, table: &Table, path: &str) -> Result<Limits, SimError> {
-        Ok(Limits {
-            grp_tres: self.tres_of(table, path, "grp_tres")?,
-            grp_tres_mins: self.tres_of(table, path, "grp_tres_mins")?,
-            grp_jobs: self.u32_limit(table, path, "grp_jobs")?,
-            grp_submit_jobs: self.u32_limit(table, path, "grp_submit_jobs")?,
-            grp_wall_s: self.u64_of(table, path, "grp_wall_s")?,
-            max_tres_per_job: self.tres_of(table, path, "max_tres_per_job")?,
-            max_tres_per_node: self.tres_of(table, path, "max_tres_per_node")?,
-            max_tres_per_user: self.tres_of(table, path, "max_tres_per_user")?,
-            max_jobs_per_user: self.u32_limit(table, path, "max_jobs_per_user")?,
-            max_submit_jobs_per_user: self.u32_limit(table, path, "max_submit_jobs_per_user")?,
-            max_wall_s: self.u64_of(table, path, "max_wall_s")?,
-            min_tres_per_job: self.tres_of(table, path, "min_tres_per_job")?,
-        })
-    }
-
-    fn bool_of(&self, table: &Table, path: &str, key: &str) -> Result<Option<bool>, SimError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Value::Boolean(b)) => Ok(Some(*b)),
-            Some(_) => Err(self.invalid(&format!("{path}.{key}"), "true or false")),
-        }
-    }
-
-    fn str_of<'t>(
-        &self,
-        table: &'t Table,
-        path: &str,
-        key: &str,
-    ) -> Result<Option<&'t str>, SimError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(self.invalid(&format!("{path}.{key}"), "a string")),
-        }
-    }
-
-    fn strings_of(
-        &self,
-        table: &Table,
-        path: &str,
-        key: &str,
-    ) -> Result<Option<Vec<String>>, SimError> {
-        match table.get(key) {
-            None => Ok(None),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|v| match v {
-                    Value::String(s) => Ok(s.clone()),
-                    _ => Err(self.invalid(&format!("{path}.{key}"), "an array of strings")),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some),
-            Some(_) => Err(self.invalid(&format!("{path}.{key}"), "an array of strings")),
-        }
-    }
-
-    fn tables_of<'t>(&self, root: &'t Table, key: &str) -> Result<Vec<&'t Table>, SimError> {
-        match root.get(key) {
-            None => Ok(Vec::new()),
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|v| {
-                    v.as_table()
-                        .ok_or_else(|| self.invalid(key, format!("[[{key}]] tables")))
-                })
-                .collect(),
-            Some(_) => Err(self.invalid(key, format!("[[{key}]] tables"))),
+    /// `value` when it is a finite number >= 0.
+    fn non_negative(&self, key: &str, value: Option<f64>) -> Result<Option<f64>, SimError> {
+        match value {
+            Some(x) if !(x >= 0.0 && x.is_finite()) => Err(self.invalid(key, "a number >= 0")),
+            _ => Ok(value),
         }
     }
 }
 
-/// A bare scalar such as `false` or `0` is not a TOML document; parse it as
-/// the value of a key.
-fn parse_scalar(text: &str) -> Option<Value> {
-    let table: Table = format!("v = {text}").parse().ok()?;
-    table.get("v").cloned()
-}
-
-/// Limit keys accepted on `[[qos]]` and `[[accounts]]`.
-const LIMIT_KEYS: &[&str] = &[
-    "grp_tres",
-    "grp_tres_mins",
-    "grp_jobs",
-    "grp_submit_jobs",
-    "grp_wall_s",
-    "max_tres_per_job",
-    "max_tres_per_node",
-    "max_tres_per_user",
-    "max_jobs_per_user",
-    "max_submit_jobs_per_user",
-    "max_wall_s",
-    "min_tres_per_job",
-];
-
-const QOS_KEYS: &[&str] = &[
-    "name",
-    "priority",
-    "flags",
-    "usage_factor",
-    "usage_threshold",
-    "preempt",
-    "preempt_mode",
-    "preempt_exempt_time_s",
-    "grace_time_s",
-    "idle_fill_preemptable",
-];
-
-fn with_limits(keys: &[&'static str]) -> Vec<&'static str> {
-    keys.iter().chain(LIMIT_KEYS).copied().collect()
+/// Sets `slot` to `value` when the key was given.
+fn set<T>(slot: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *slot = value;
+    }
 }
 
 /// Parses a scenario. `file` names it in errors.
 pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, SimError> {
     let ctx = Ctx { file };
-    let root: Table = text.parse().map_err(|e: toml::de::Error| SimError::Toml {
-        file: file.to_string(),
-        message: e.to_string().lines().collect::<Vec<_>>().join(" "),
-    })?;
-    ctx.check_keys(
-        &root,
-        "",
-        "",
-        &[
-            "name",
-            "until_s",
-            "scheduler",
-            "hosts",
-            "partitions",
-            "qos",
-            "accounts",
-            "users",
-            "jobs",
-            "events",
-            "reservations",
-        ],
-    )?;
-    let name = ctx
-        .str_of(&root, "", "name")?
-        .unwrap_or_default()
-        .to_string();
-    let until_s = ctx.u64_of(&root, "", "until_s")?;
-    let policy = parse_policy(&ctx, &root)?;
-    let stop_grace_s = match root.get("scheduler") {
-        Some(Value::Table(sched)) => ctx.u64_of(sched, "scheduler", "stop_grace_s")?,
-        _ => None,
-    }
-    .unwrap_or(STOP_GRACE_S_DEFAULT);
-    let partitions = parse_partitions(&ctx, &root)?;
-    let qos = parse_qos_list(&ctx, &root)?;
+    let f: ScenarioFile = toml::from_str(text).map_err(|e| located::file_error(text, file, &e))?;
+    let policy = policy_of(&ctx, &f.scheduler)?;
+    let stop_grace_s = f.scheduler.stop_grace_s.unwrap_or(STOP_GRACE_S_DEFAULT);
+    let partitions = partitions_of(&ctx, &f.partitions)?;
+    let qos = qos_list_of(&ctx, &f.qos)?;
     let qos_names: BTreeSet<&str> = qos.iter().map(|q| q.name.as_str()).collect();
     for (i, p) in partitions.iter().enumerate() {
         if !p.qos.is_empty() && !qos_names.contains(p.qos.as_str()) {
@@ -333,10 +111,10 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, SimError> {
             ));
         }
     }
-    let hosts = parse_hosts(&ctx, &root, &partitions)?;
-    let accounts = parse_accounts(&ctx, &root, &qos_names)?;
-    let users = parse_users(&ctx, &root, &accounts)?;
-    let reservations = parse_reservations(&ctx, &root, &hosts, &accounts)?;
+    let hosts = hosts_of(&ctx, &f.hosts, &partitions)?;
+    let accounts = accounts_of(&ctx, &f.accounts, &qos_names)?;
+    let users = users_of(&ctx, &f.users, &accounts)?;
+    let reservations = reservations_of(&ctx, &f.reservations, &hosts, &accounts)?;
     let world = Snapshot {
         partitions,
         qos,
@@ -345,11 +123,11 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, SimError> {
         reservations,
         ..Snapshot::default()
     };
-    let (jobs, job_index) = parse_jobs(&ctx, &root, &world, &hosts)?;
-    let events = parse_events(&ctx, &root, &world, &hosts, &jobs, &job_index)?;
+    let (jobs, job_index) = jobs_of(&ctx, &f.jobs, &world, &hosts)?;
+    let events = events_of(&ctx, &f.events, &world, &hosts, &jobs, &job_index)?;
     Ok(Scenario {
-        name,
-        until_s,
+        name: f.name,
+        until_s: f.until_s,
         policy,
         hosts,
         world,
@@ -359,146 +137,80 @@ pub fn parse_scenario(text: &str, file: &str) -> Result<Scenario, SimError> {
     })
 }
 
-fn parse_policy(ctx: &Ctx, root: &Table) -> Result<Policy, SimError> {
+fn policy_of(ctx: &Ctx, s: &SchedulerFile) -> Result<Policy, SimError> {
+    let at_least = |key: &str, value: Option<usize>, min: usize| match value {
+        Some(n) if n < min => {
+            Err(ctx.invalid(&format!("scheduler.{key}"), format!("a number >= {min}")))
+        }
+        _ => Ok(value),
+    };
     let mut policy = Policy::default();
-    let sched = match root.get("scheduler") {
-        None => return Ok(policy),
-        Some(Value::Table(sched)) => sched,
-        Some(_) => return Err(ctx.invalid("scheduler", "a [scheduler] table")),
-    };
-    ctx.check_keys(
-        sched,
-        "scheduler",
-        "scheduler",
-        &[
-            "backfill",
-            "bf_reservations",
-            "max_jobs_per_pass",
-            "bf_resolution_s",
-            "bf_window_s",
-            "bf_max_job_test",
-            "pass_budget_host_checks",
-            "priority_weight_age",
-            "priority_weight_fairshare",
-            "priority_weight_job_size",
-            "priority_weight_partition",
-            "priority_weight_qos",
-            "priority_weight_assoc",
-            "priority_max_age_s",
-            "priority_decay_half_life_s",
-            "preemption_enabled",
-            "min_preemption_runtime_s",
-            "preemption_gap",
-            "preemption_threshold",
-            "preemption_multi_victim",
-            "max_evictions_per_tick",
-            "stop_grace_s",
-            "idle_fill_enabled",
-            "idle_fill_exempt_secs",
-            "idle_fill_max_borrow_factor",
-            "idle_fill_max_cluster_fraction",
-            "reserve_all_alternatives_top_n",
-            "max_reserve_time_s",
-        ],
-    )?;
-    let p = "scheduler";
-    let usize_of = |key: &str, min: u64| -> Result<Option<usize>, SimError> {
-        match ctx.u64_of(sched, p, key)? {
-            None => Ok(None),
-            Some(n) if n < min => {
-                Err(ctx.invalid(&format!("{p}.{key}"), format!("a number >= {min}")))
-            }
-            Some(n) => usize::try_from(n)
-                .map(Some)
-                .map_err(|_| ctx.invalid(&format!("{p}.{key}"), "a smaller number")),
-        }
-    };
-    if let Some(b) = ctx.bool_of(sched, p, "backfill")? {
-        policy.backfill = b;
-    }
-    if let Some(n) = usize_of("bf_reservations", 0)? {
-        policy.bf_reservations = n;
-    }
-    if let Some(n) = usize_of("max_jobs_per_pass", 1)? {
-        policy.max_jobs_per_pass = n;
-    }
-    if let Some(n) = usize_of("bf_max_job_test", 1)? {
-        policy.bf_max_job_test = n;
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "bf_resolution_s")? {
-        policy.bf_resolution_s = n;
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "bf_window_s")? {
-        policy.bf_window_s = n;
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "pass_budget_host_checks")? {
-        policy.pass_budget_host_checks = n;
-    }
-    if let Some(n) = usize_of("reserve_all_alternatives_top_n", 0)? {
-        policy.reserve_all_alternatives_top_n = n;
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "max_reserve_time_s")? {
-        policy.max_reserve_time_s = n;
-    }
-    let w = &mut policy.priority;
-    for (key, slot) in [
-        ("priority_weight_age", &mut w.age),
-        ("priority_weight_fairshare", &mut w.fairshare),
-        ("priority_weight_job_size", &mut w.job_size),
-        ("priority_weight_partition", &mut w.partition),
-        ("priority_weight_qos", &mut w.qos),
-        ("priority_weight_assoc", &mut w.assoc),
-    ] {
-        if let Some(n) = ctx.u32_of(sched, p, key)? {
-            *slot = n;
-        }
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "priority_max_age_s")? {
-        if n == 0 {
-            return Err(ctx.invalid("scheduler.priority_max_age_s", "a number of seconds >= 1"));
-        }
-        w.max_age_s = n;
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "priority_decay_half_life_s")? {
-        w.decay_half_life_s = n;
-    }
-    let pre = &mut policy.preemption;
-    if let Some(b) = ctx.bool_of(sched, p, "preemption_enabled")? {
-        pre.enabled = b;
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "min_preemption_runtime_s")? {
-        pre.min_runtime_s = n;
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "preemption_gap")? {
-        pre.gap = i64::try_from(n)
-            .map_err(|_| ctx.invalid("scheduler.preemption_gap", "a smaller number"))?;
-    }
-    if let Some(n) = ctx.u64_of(sched, p, "preemption_threshold")? {
-        if n > 100 {
-            return Err(ctx.invalid(
-                "scheduler.preemption_threshold",
-                "a percentage of utilization from 0 to 100",
-            ));
-        }
-        pre.threshold_pct = n as u32;
-    }
-    if let Some(b) = ctx.bool_of(sched, p, "preemption_multi_victim")? {
-        pre.multi_victim = b;
-    }
-    if let Some(n) = usize_of("max_evictions_per_tick", 1)? {
-        pre.max_evictions_per_tick = n;
-    }
-    parse_idle_fill(ctx, sched, &mut policy.idle_fill)?;
+    set(&mut policy.backfill, s.backfill);
+    set(&mut policy.bf_reservations, s.bf_reservations);
+    let max_jobs = at_least("max_jobs_per_pass", s.max_jobs_per_pass, 1)?;
+    set(&mut policy.max_jobs_per_pass, max_jobs);
+    let max_test = at_least("bf_max_job_test", s.bf_max_job_test, 1)?;
+    set(&mut policy.bf_max_job_test, max_test);
+    set(&mut policy.bf_resolution_s, s.bf_resolution_s);
+    set(&mut policy.bf_window_s, s.bf_window_s);
+    set(
+        &mut policy.pass_budget_host_checks,
+        s.pass_budget_host_checks,
+    );
+    let top_n = s.reserve_all_alternatives_top_n;
+    set(&mut policy.reserve_all_alternatives_top_n, top_n);
+    set(&mut policy.max_reserve_time_s, s.max_reserve_time_s);
+    priority_of(ctx, s, &mut policy)?;
+    preemption_of(ctx, s, &mut policy)?;
+    let evictions = at_least("max_evictions_per_tick", s.max_evictions_per_tick, 1)?;
+    set(&mut policy.preemption.max_evictions_per_tick, evictions);
+    idle_fill_of(ctx, s, &mut policy)?;
     Ok(policy)
 }
 
-/// The four `idle_fill_*` keys of `[scheduler]`.
-fn parse_idle_fill(ctx: &Ctx, sched: &Table, f: &mut IdleFill) -> Result<(), SimError> {
-    let p = "scheduler";
-    if let Some(b) = ctx.bool_of(sched, p, "idle_fill_enabled")? {
-        f.enabled = b;
+/// The `priority_*` keys of `[scheduler]`.
+fn priority_of(ctx: &Ctx, s: &SchedulerFile, policy: &mut Policy) -> Result<(), SimError> {
+    let w = &mut policy.priority;
+    set(&mut w.age, s.priority_weight_age);
+    set(&mut w.fairshare, s.priority_weight_fairshare);
+    set(&mut w.job_size, s.priority_weight_job_size);
+    set(&mut w.partition, s.priority_weight_partition);
+    set(&mut w.qos, s.priority_weight_qos);
+    set(&mut w.assoc, s.priority_weight_assoc);
+    if s.priority_max_age_s == Some(0) {
+        return Err(ctx.invalid("scheduler.priority_max_age_s", "a number of seconds >= 1"));
     }
-    if let Some(n) = ctx.u64_of(sched, p, "idle_fill_exempt_secs")? {
+    set(&mut w.max_age_s, s.priority_max_age_s);
+    set(&mut w.decay_half_life_s, s.priority_decay_half_life_s);
+    Ok(())
+}
+
+/// The preemption keys of `[scheduler]`.
+fn preemption_of(ctx: &Ctx, s: &SchedulerFile, policy: &mut Policy) -> Result<(), SimError> {
+    let pre = &mut policy.preemption;
+    set(&mut pre.enabled, s.preemption_enabled);
+    set(&mut pre.min_runtime_s, s.min_preemption_runtime_s);
+    // TOML's integers are i64s: a u64 read from one fits.
+    let gap = s
+        .preemption_gap
+        .map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+    set(&mut pre.gap, gap);
+    if s.preemption_threshold.is_some_and(|n| n > 100) {
+        return Err(ctx.invalid(
+            "scheduler.preemption_threshold",
+            "a percentage of utilization from 0 to 100",
+        ));
+    }
+    set(&mut pre.threshold_pct, s.preemption_threshold);
+    set(&mut pre.multi_victim, s.preemption_multi_victim);
+    Ok(())
+}
+
+/// The four `idle_fill_*` keys of `[scheduler]`.
+fn idle_fill_of(ctx: &Ctx, s: &SchedulerFile, policy: &mut Policy) -> Result<(), SimError> {
+    let f = &mut policy.idle_fill;
+    set(&mut f.enabled, s.idle_fill_enabled);
+    if let Some(n) = s.idle_fill_exempt_secs {
         if n > EXEMPT_WINDOW_MAX_S {
             return Err(ctx.invalid(
                 "scheduler.idle_fill_exempt_secs",
@@ -507,75 +219,48 @@ fn parse_idle_fill(ctx: &Ctx, sched: &Table, f: &mut IdleFill) -> Result<(), Sim
         }
         f.exempt_s = n;
     }
-    if let Some(x) = ctx.f64_of(sched, p, "idle_fill_max_borrow_factor")? {
-        f.max_borrow_factor = x;
+    let factor = s.idle_fill_max_borrow_factor;
+    let factor = ctx.non_negative("scheduler.idle_fill_max_borrow_factor", factor)?;
+    set(&mut f.max_borrow_factor, factor);
+    let key = "scheduler.idle_fill_max_cluster_fraction";
+    let fraction = ctx.non_negative(key, s.idle_fill_max_cluster_fraction)?;
+    if fraction.is_some_and(|x| x > 1.0) {
+        return Err(ctx.invalid(key, "a share of the hosts between 0 and 1"));
     }
-    if let Some(x) = ctx.f64_of(sched, p, "idle_fill_max_cluster_fraction")? {
-        if x > 1.0 {
-            return Err(ctx.invalid(
-                "scheduler.idle_fill_max_cluster_fraction",
-                "a share of the hosts between 0 and 1",
-            ));
-        }
-        f.max_cluster_fraction = x;
-    }
+    set(&mut f.max_cluster_fraction, fraction);
     Ok(())
 }
 
-fn parse_partitions(ctx: &Ctx, root: &Table) -> Result<Vec<Partition>, SimError> {
+fn partitions_of(ctx: &Ctx, list: &[PartitionFile]) -> Result<Vec<Partition>, SimError> {
     let mut partitions: Vec<Partition> = Vec::new();
-    for (i, p) in ctx.tables_of(root, "partitions")?.into_iter().enumerate() {
+    for (i, p) in list.iter().enumerate() {
         let path = format!("partitions[{i}]");
-        ctx.check_keys(
-            p,
-            "partitions",
-            &path,
-            &[
-                "name",
-                "default",
-                "max_time_s",
-                "default_time_s",
-                "max_nodes",
-                "min_nodes",
-                "priority_job_factor",
-                "qos",
-                "preempt_mode",
-                "reserve_all_alternatives",
-            ],
-        )?;
-        let pname = ctx
-            .str_of(p, &path, "name")?
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| ctx.invalid(&format!("{path}.name"), "a partition name"))?;
-        if partitions.iter().any(|q| q.name == pname) {
-            return Err(ctx.invalid(
-                &format!("{path}.name"),
-                format!("partition names used once; {pname} is named twice"),
-            ));
+        let key = format!("{path}.name");
+        if p.name.is_empty() {
+            return Err(ctx.invalid(&key, "a partition name"));
         }
+        let taken = partitions.iter().any(|q| q.name == p.name);
+        ctx.once(&key, "partition", &p.name, taken)?;
+        let preempt_mode = match p.preempt_mode.as_deref() {
+            None | Some("off") => PreemptMode::Off,
+            Some("requeue") => PreemptMode::Requeue,
+            Some("cancel") => PreemptMode::Cancel,
+            Some(other) => return Err(ctx.invalid(
+                &format!("{path}.preempt_mode"),
+                format!("off, requeue or cancel, not {other:?} (suspend is not supported: a suspended job would keep its allocation)"),
+            )),
+        };
         partitions.push(Partition {
-            name: pname.to_string(),
-            default: ctx.bool_of(p, &path, "default")?.unwrap_or(false),
-            max_time_s: ctx.u64_of(p, &path, "max_time_s")?.filter(|&m| m > 0),
-            default_time_s: ctx.u64_of(p, &path, "default_time_s")?.filter(|&m| m > 0),
-            max_nodes: ctx.u32_of(p, &path, "max_nodes")?,
-            min_nodes: ctx.u32_of(p, &path, "min_nodes")?,
-            priority_job_factor: ctx.u32_of(p, &path, "priority_job_factor")?.unwrap_or(0),
-            qos: ctx.str_of(p, &path, "qos")?.unwrap_or_default().to_string(),
-            preempt_mode: match ctx.str_of(p, &path, "preempt_mode")? {
-                None | Some("off") => PreemptMode::Off,
-                Some("requeue") => PreemptMode::Requeue,
-                Some("cancel") => PreemptMode::Cancel,
-                Some(other) => {
-                    return Err(ctx.invalid(
-                        &format!("{path}.preempt_mode"),
-                        format!("off, requeue or cancel, not {other:?} (suspend is not supported: a suspended job would keep its allocation)"),
-                    ))
-                }
-            },
-            reserve_all_alternatives: ctx
-                .bool_of(p, &path, "reserve_all_alternatives")?
-                .unwrap_or(false),
+            name: p.name.clone(),
+            default: p.default,
+            max_time_s: p.max_time_s.filter(|&m| m > 0),
+            default_time_s: p.default_time_s.filter(|&m| m > 0),
+            max_nodes: p.max_nodes,
+            min_nodes: p.min_nodes,
+            priority_job_factor: p.priority_job_factor,
+            qos: p.qos.clone(),
+            preempt_mode,
+            reserve_all_alternatives: p.reserve_all_alternatives,
         });
     }
     if partitions.iter().filter(|p| p.default).count() > 1 {
@@ -584,120 +269,82 @@ fn parse_partitions(ctx: &Ctx, root: &Table) -> Result<Vec<Partition>, SimError>
     Ok(partitions)
 }
 
-/// One `[[qos]]` table (also the `set` of a `modify_qos` event, on top of
-/// `base`).
-fn qos_from(ctx: &Ctx, q: &Table, path: &str, base: Qos) -> Result<Qos, SimError> {
+/// One `[[qos]]` table (also the `set` of a `modify_qos` event) over
+/// `base`: only the keys given change.
+fn qos_from(ctx: &Ctx, q: &QosFile, path: &str, base: Qos) -> Result<Qos, SimError> {
     let mut qos = base;
-    if let Some(n) = ctx.u32_of(q, path, "priority")? {
-        qos.priority = n;
+    if let Some(n) = q.priority {
+        qos.priority = u32::try_from(n)
+            .map_err(|_| ctx.invalid(&format!("{path}.priority"), located::U32_EXPECTED))?;
     }
-    if LIMIT_KEYS.iter().any(|k| q.contains_key(*k)) {
-        let parsed = ctx.limits_of(q, path)?;
-        // Only the keys given change.
-        let l = &mut qos.limits;
-        for key in LIMIT_KEYS {
-            if !q.contains_key(*key) {
-                continue;
-            }
-            match *key {
-                "grp_tres" => l.grp_tres = parsed.grp_tres,
-                "grp_tres_mins" => l.grp_tres_mins = parsed.grp_tres_mins,
-                "grp_jobs" => l.grp_jobs = parsed.grp_jobs,
-                "grp_submit_jobs" => l.grp_submit_jobs = parsed.grp_submit_jobs,
-                "grp_wall_s" => l.grp_wall_s = parsed.grp_wall_s,
-                "max_tres_per_job" => l.max_tres_per_job = parsed.max_tres_per_job,
-                "max_tres_per_node" => l.max_tres_per_node = parsed.max_tres_per_node,
-                "max_tres_per_user" => l.max_tres_per_user = parsed.max_tres_per_user,
-                "max_jobs_per_user" => l.max_jobs_per_user = parsed.max_jobs_per_user,
-                "max_submit_jobs_per_user" => {
-                    l.max_submit_jobs_per_user = parsed.max_submit_jobs_per_user
-                }
-                "max_wall_s" => l.max_wall_s = parsed.max_wall_s,
-                _ => l.min_tres_per_job = parsed.min_tres_per_job,
-            }
-        }
+    qos.limits = q.limits_over(qos.limits);
+    if let Some(flags) = &q.flags {
+        qos.flags = qos_flags(ctx, path, flags)?;
     }
-    if let Some(flags) = ctx.strings_of(q, path, "flags")? {
-        let mut set = QosFlags::default();
-        for f in &flags {
-            if !set.set_by_name(f) {
-                return Err(ctx.invalid(
-                    &format!("{path}.flags"),
-                    format!(
-                        "Slurm QOS flags ({}), not {f:?}",
-                        QosFlags::NAMES.join(", ")
-                    ),
-                ));
-            }
-        }
-        qos.flags = set;
+    let usage_factor = ctx.non_negative(&format!("{path}.usage_factor"), q.usage_factor)?;
+    set(&mut qos.usage_factor, usage_factor);
+    let key = format!("{path}.usage_threshold");
+    let threshold = ctx.non_negative(&key, q.usage_threshold)?;
+    if threshold.is_some_and(|x| x > 1.0) {
+        return Err(ctx.invalid(&key, "a fair-share factor between 0 and 1"));
     }
-    if let Some(x) = ctx.f64_of(q, path, "usage_factor")? {
-        qos.usage_factor = x;
-    }
-    if let Some(x) = ctx.f64_of(q, path, "usage_threshold")? {
-        if x > 1.0 {
-            return Err(ctx.invalid(
-                &format!("{path}.usage_threshold"),
-                "a fair-share factor between 0 and 1",
-            ));
-        }
-        qos.usage_threshold = Some(x);
-    }
-    if let Some(names) = ctx.strings_of(q, path, "preempt")? {
-        qos.preempt = names;
-    }
-    if let Some(mode) = ctx.str_of(q, path, "preempt_mode")? {
-        qos.preempt_mode = match mode {
+    qos.usage_threshold = threshold.or(qos.usage_threshold);
+    set(&mut qos.preempt, q.preempt.clone());
+    if let Some(mode) = &q.preempt_mode {
+        qos.preempt_mode = match mode.as_str() {
             "requeue" => PreemptMode::Requeue,
             "cancel" => PreemptMode::Cancel,
-            other => {
-                return Err(ctx.invalid(
-                    &format!("{path}.preempt_mode"),
-                    format!("requeue or cancel, not {other:?} (suspend is not supported: this scheduler does not stop and continue jobs, and a suspended job would keep its allocation)"),
-                ))
-            }
+            other => return Err(ctx.invalid(
+                &format!("{path}.preempt_mode"),
+                format!("requeue or cancel, not {other:?} (suspend is not supported: this scheduler does not stop and continue jobs, and a suspended job would keep its allocation)"),
+            )),
         };
     }
-    if let Some(n) = ctx.u64_of(q, path, "preempt_exempt_time_s")? {
-        qos.preempt_exempt_time_s = Some(n);
-    }
-    if let Some(n) = ctx.u64_of(q, path, "grace_time_s")? {
-        qos.grace_time_s = Some(n);
-    }
-    if let Some(b) = ctx.bool_of(q, path, "idle_fill_preemptable")? {
-        qos.idle_fill_preemptable = b;
-    }
+    qos.preempt_exempt_time_s = q.preempt_exempt_time_s.or(qos.preempt_exempt_time_s);
+    qos.grace_time_s = q.grace_time_s.or(qos.grace_time_s);
+    set(&mut qos.idle_fill_preemptable, q.idle_fill_preemptable);
     Ok(qos)
 }
 
-fn parse_qos_list(ctx: &Ctx, root: &Table) -> Result<Vec<Qos>, SimError> {
-    let mut list: Vec<Qos> = Vec::new();
-    let keys = with_limits(QOS_KEYS);
-    for (i, q) in ctx.tables_of(root, "qos")?.into_iter().enumerate() {
-        let path = format!("qos[{i}]");
-        ctx.check_keys(q, "qos", &path, &keys)?;
-        let qname = ctx
-            .str_of(q, &path, "name")?
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| ctx.invalid(&format!("{path}.name"), "a QOS name"))?;
-        if list.iter().any(|x| x.name == qname) {
+/// Slurm's QOS flags by name.
+fn qos_flags(ctx: &Ctx, path: &str, names: &[String]) -> Result<QosFlags, SimError> {
+    let mut flags = QosFlags::default();
+    for f in names {
+        if !flags.set_by_name(f) {
             return Err(ctx.invalid(
-                &format!("{path}.name"),
-                format!("QOS names used once; {qname} is named twice"),
+                &format!("{path}.flags"),
+                format!(
+                    "Slurm QOS flags ({}), not {f:?}",
+                    QosFlags::NAMES.join(", ")
+                ),
             ));
         }
-        list.push(qos_from(ctx, q, &path, Qos::named(qname))?);
     }
-    if !list.iter().any(|q| q.name == NORMAL_QOS) {
-        // As in Slurm, `normal` always exists.
-        list.push(Qos::default());
-    }
+    Ok(flags)
+}
+
+fn qos_list_of(ctx: &Ctx, list: &[QosFile]) -> Result<Vec<Qos>, SimError> {
+    let mut out: Vec<Qos> = Vec::new();
     for (i, q) in list.iter().enumerate() {
+        let path = format!("qos[{i}]");
+        let key = format!("{path}.name");
+        let name = q
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ctx.invalid(&key, "a QOS name"))?;
+        ctx.once(&key, "QOS", name, out.iter().any(|x| x.name == name))?;
+        out.push(qos_from(ctx, q, &path, Qos::named(name))?);
+    }
+    if !out.iter().any(|q| q.name == NORMAL_QOS) {
+        // As in Slurm, `normal` always exists.
+        out.push(Qos::default());
+    }
+    for (i, q) in out.iter().enumerate() {
         if let Some(bad) = q
             .preempt
             .iter()
-            .find(|n| !list.iter().any(|x| x.name == **n))
+            .find(|n| !out.iter().any(|x| x.name == **n))
         {
             return Err(ctx.invalid(
                 &format!("qos[{i}].preempt"),
@@ -705,66 +352,37 @@ fn parse_qos_list(ctx: &Ctx, root: &Table) -> Result<Vec<Qos>, SimError> {
             ));
         }
     }
-    Ok(list)
+    Ok(out)
 }
 
-fn parse_hosts(ctx: &Ctx, root: &Table, partitions: &[Partition]) -> Result<Vec<Host>, SimError> {
+fn hosts_of(ctx: &Ctx, list: &[HostFile], partitions: &[Partition]) -> Result<Vec<Host>, SimError> {
     let mut hosts = Vec::new();
     let mut seen_hosts = BTreeSet::new();
-    for (i, h) in ctx.tables_of(root, "hosts")?.into_iter().enumerate() {
+    for (i, h) in list.iter().enumerate() {
         let path = format!("hosts[{i}]");
-        ctx.check_keys(
-            h,
-            "hosts",
-            &path,
-            &[
-                "names",
-                "cpus",
-                "mem_mb",
-                "gpus",
-                "gpu_type",
-                "emulators",
-                "features",
-                "partitions",
-            ],
-        )?;
-        let names = ctx.str_of(h, &path, "names")?.ok_or_else(|| {
-            ctx.invalid(&format!("{path}.names"), "a hostlist such as \"n[1-4]\"")
-        })?;
         let names =
-            hostlist::expand(names).map_err(|e| ctx.invalid(&format!("{path}.names"), e))?;
-        let cpus = ctx
-            .u32_of(h, &path, "cpus")?
-            .filter(|&c| c > 0)
-            .ok_or_else(|| ctx.invalid(&format!("{path}.cpus"), "a number of CPUs >= 1"))?;
-        let emulator = match h.get("emulators") {
-            None => None,
-            Some(Value::Array(items)) if items.len() <= 1 => match items.first() {
-                None => None,
-                Some(Value::Table(e)) => Some(emulator_of(ctx, e, &format!("{path}.emulators[0]"))?),
-                Some(_) => return Err(ctx.invalid(&format!("{path}.emulators"), "[{ kind = ..., group = ..., units = N }]")),
-            },
-            Some(_) => {
-                return Err(ctx.invalid(
-                    &format!("{path}.emulators"),
-                    "an array of at most one { kind, group, units } table (a host carries one emulator attachment)",
-                ))
-            }
+            hostlist::expand(&h.names).map_err(|e| ctx.invalid(&format!("{path}.names"), e))?;
+        if h.cpus == 0 {
+            return Err(ctx.invalid(&format!("{path}.cpus"), "a number of CPUs >= 1"));
+        }
+        let emulator = match h.emulators.as_slice() {
+            [] => None,
+            [e] => Some(host_emulator(ctx, e, &format!("{path}.emulators[0]"))?),
+            _ => return Err(ctx.invalid(
+                &format!("{path}.emulators"),
+                "an array of at most one { kind, group, units } table (a host carries one emulator attachment)",
+            )),
         };
         let inventory = Inventory {
-            cpus,
-            mem_mb: ctx.u64_of(h, &path, "mem_mb")?.unwrap_or(0),
-            gpus: ctx.u32_of(h, &path, "gpus")?.unwrap_or(0),
-            gpu_type: ctx
-                .str_of(h, &path, "gpu_type")?
-                .unwrap_or_default()
-                .to_string(),
+            cpus: h.cpus,
+            mem_mb: h.mem_mb,
+            gpus: h.gpus,
+            gpu_type: h.gpu_type.clone(),
             emulator,
             // The host's `features` key fills `Host::features`.
             features: Vec::new(),
         };
-        let host_partitions = ctx.strings_of(h, &path, "partitions")?.unwrap_or_default();
-        for p in &host_partitions {
+        for p in &h.partitions {
             if !partitions.iter().any(|q| q.name == *p) {
                 return Err(ctx.invalid(
                     &format!("{path}.partitions"),
@@ -772,17 +390,12 @@ fn parse_hosts(ctx: &Ctx, root: &Table, partitions: &[Partition]) -> Result<Vec<
                 ));
             }
         }
-        let features = ctx.strings_of(h, &path, "features")?.unwrap_or_default();
         for name in names {
-            if !seen_hosts.insert(name.clone()) {
-                return Err(ctx.invalid(
-                    &format!("{path}.names"),
-                    format!("host names used once; {name} is named twice"),
-                ));
-            }
+            let taken = !seen_hosts.insert(name.clone());
+            ctx.once(&format!("{path}.names"), "host", &name, taken)?;
             let mut host = Host::new(name, inventory.clone());
-            host.partitions = host_partitions.clone();
-            host.features = features.clone();
+            host.partitions = h.partitions.clone();
+            host.features = h.features.clone();
             hosts.push(host);
         }
     }
@@ -792,71 +405,38 @@ fn parse_hosts(ctx: &Ctx, root: &Table, partitions: &[Partition]) -> Result<Vec<
     Ok(hosts)
 }
 
-fn emulator_of(ctx: &Ctx, e: &Table, path: &str) -> Result<EmulatorInventory, SimError> {
-    ctx.check_keys(e, "emulators", path, &["kind", "group", "units"])?;
+fn host_emulator(ctx: &Ctx, e: &EmulatorFile, path: &str) -> Result<EmulatorInventory, SimError> {
+    if e.kind.is_empty() {
+        return Err(ctx.invalid(&format!("{path}.kind"), "an emulator kind such as \"zebu\""));
+    }
     Ok(EmulatorInventory {
-        kind: ctx
-            .str_of(e, path, "kind")?
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| {
-                ctx.invalid(&format!("{path}.kind"), "an emulator kind such as \"zebu\"")
-            })?
-            .to_string(),
-        group: ctx
-            .str_of(e, path, "group")?
-            .unwrap_or_default()
-            .to_string(),
-        units: ctx
-            .u32_of(e, path, "units")?
-            .ok_or_else(|| ctx.invalid(&format!("{path}.units"), "a number of units"))?,
+        kind: e.kind.clone(),
+        group: e.group.clone(),
+        units: e.units,
     })
 }
 
-fn parse_accounts(
+fn accounts_of(
     ctx: &Ctx,
-    root: &Table,
+    list: &[AccountFile],
     qos_names: &BTreeSet<&str>,
 ) -> Result<Vec<Account>, SimError> {
     let mut accounts: Vec<Account> = Vec::new();
-    let keys = with_limits(&[
-        "name",
-        "parent",
-        "shares",
-        "users",
-        "qos",
-        "priority",
-        "max_priority",
-        "preempt",
-    ]);
-    let tables = ctx.tables_of(root, "accounts")?;
-    for (i, a) in tables.iter().enumerate() {
+    for (i, a) in list.iter().enumerate() {
         let path = format!("accounts[{i}]");
-        ctx.check_keys(a, "accounts", &path, &keys)?;
-        let aname = ctx
-            .str_of(a, &path, "name")?
-            .filter(|n| !n.is_empty() && *n != ROOT_ACCOUNT)
-            .ok_or_else(|| {
-                ctx.invalid(
-                    &format!("{path}.name"),
-                    "an account name other than \"root\"",
-                )
-            })?;
-        if accounts.iter().any(|x| x.name == aname) {
+        let key = format!("{path}.name");
+        if a.name.is_empty() || a.name == ROOT_ACCOUNT {
+            return Err(ctx.invalid(&key, "an account name other than \"root\""));
+        }
+        let taken = accounts.iter().any(|x| x.name == a.name);
+        ctx.once(&key, "account", &a.name, taken)?;
+        if let Some(q) = a.qos.iter().find(|q| !qos_names.contains(q.as_str())) {
             return Err(ctx.invalid(
-                &format!("{path}.name"),
-                format!("account names used once; {aname} is named twice"),
+                &format!("{path}.qos"),
+                format!("names of [[qos]], not {q:?}"),
             ));
         }
-        let qos = ctx.strings_of(a, &path, "qos")?.unwrap_or_default();
-        for q in &qos {
-            if !qos_names.contains(q.as_str()) {
-                return Err(ctx.invalid(
-                    &format!("{path}.qos"),
-                    format!("names of [[qos]], not {q:?}"),
-                ));
-            }
-        }
-        let limits = ctx.limits_of(a, &path)?;
+        let limits = a.limits_over(Limits::default());
         if !limits.min_tres_per_job.is_empty() {
             return Err(ctx.invalid(
                 &format!("{path}.min_tres_per_job"),
@@ -864,147 +444,121 @@ fn parse_accounts(
             ));
         }
         accounts.push(Account {
-            name: aname.to_string(),
-            parent: ctx
-                .str_of(a, &path, "parent")?
-                .unwrap_or(ROOT_ACCOUNT)
-                .to_string(),
-            shares: ctx.u32_of(a, &path, "shares")?.unwrap_or(1),
-            users: ctx.strings_of(a, &path, "users")?.unwrap_or_default(),
-            qos,
-            priority: ctx.i64_of(a, &path, "priority")?.unwrap_or(0),
-            max_priority: ctx.i64_of(a, &path, "max_priority")?.unwrap_or(0),
+            name: a.name.clone(),
+            parent: a.parent.clone().unwrap_or_else(|| ROOT_ACCOUNT.to_string()),
+            shares: a.shares,
+            users: a.users.clone(),
+            qos: a.qos.clone(),
+            priority: a.priority,
+            max_priority: a.max_priority,
             limits,
-            preempt: ctx.strings_of(a, &path, "preempt")?.unwrap_or_default(),
+            preempt: a.preempt.clone(),
         });
     }
     for (i, a) in accounts.iter().enumerate() {
-        if let Some(bad) = a
-            .preempt
-            .iter()
-            .find(|n| !accounts.iter().any(|x| x.name == **n))
-        {
-            return Err(ctx.invalid(
-                &format!("accounts[{i}].preempt"),
-                format!("names of [[accounts]], not {bad:?}"),
-            ));
-        }
-        if a.parent != ROOT_ACCOUNT && !accounts.iter().any(|p| p.name == a.parent) {
-            return Err(ctx.invalid(
-                &format!("accounts[{i}].parent"),
-                format!("\"root\" or a name of [[accounts]], not {:?}", a.parent),
-            ));
-        }
-        // Walk up: a cycle never reaches the root.
-        let mut name = a.parent.as_str();
-        for _ in 0..=accounts.len() {
-            if name == ROOT_ACCOUNT {
-                break;
-            }
-            if name == a.name {
-                return Err(ctx.invalid(
-                    &format!("accounts[{i}].parent"),
-                    "a tree: this parent leads back to the account",
-                ));
-            }
-            name = accounts
-                .iter()
-                .find(|p| p.name == name)
-                .map_or(ROOT_ACCOUNT, |p| p.parent.as_str());
-        }
+        check_account_links(ctx, &accounts, i, a)?;
     }
     Ok(accounts)
 }
 
-fn parse_users(ctx: &Ctx, root: &Table, accounts: &[Account]) -> Result<Vec<UserRecord>, SimError> {
+/// An account's `preempt` and `parent` name accounts, and its parents
+/// lead to the root.
+fn check_account_links(
+    ctx: &Ctx,
+    accounts: &[Account],
+    i: usize,
+    a: &Account,
+) -> Result<(), SimError> {
+    let known = |name: &str| accounts.iter().any(|x| x.name == name);
+    if let Some(bad) = a.preempt.iter().find(|n| !known(n)) {
+        return Err(ctx.invalid(
+            &format!("accounts[{i}].preempt"),
+            format!("names of [[accounts]], not {bad:?}"),
+        ));
+    }
+    if a.parent != ROOT_ACCOUNT && !known(&a.parent) {
+        return Err(ctx.invalid(
+            &format!("accounts[{i}].parent"),
+            format!("\"root\" or a name of [[accounts]], not {:?}", a.parent),
+        ));
+    }
+    // Walk up: a cycle never reaches the root.
+    let mut name = a.parent.as_str();
+    for _ in 0..=accounts.len() {
+        if name == ROOT_ACCOUNT {
+            break;
+        }
+        if name == a.name {
+            return Err(ctx.invalid(
+                &format!("accounts[{i}].parent"),
+                "a tree: this parent leads back to the account",
+            ));
+        }
+        name = accounts
+            .iter()
+            .find(|p| p.name == name)
+            .map_or(ROOT_ACCOUNT, |p| p.parent.as_str());
+    }
+    Ok(())
+}
+
+fn users_of(
+    ctx: &Ctx,
+    list: &[UserFile],
+    accounts: &[Account],
+) -> Result<Vec<UserRecord>, SimError> {
     let mut users = Vec::new();
-    for (i, u) in ctx.tables_of(root, "users")?.into_iter().enumerate() {
-        let path = format!("users[{i}]");
-        ctx.check_keys(u, "users", &path, &["name", "priority", "default_account"])?;
-        let uname = ctx
-            .str_of(u, &path, "name")?
-            .ok_or_else(|| ctx.invalid(&format!("{path}.name"), "a user name"))?;
-        let default_account = ctx.str_of(u, &path, "default_account")?.unwrap_or_default();
+    for (i, u) in list.iter().enumerate() {
+        let (name, default_account) = (&u.name, &u.default_account);
         if !default_account.is_empty()
             && !accounts
                 .iter()
-                .any(|a| a.name == default_account && a.users.iter().any(|x| x == uname))
+                .any(|a| a.name == *default_account && a.users.contains(name))
         {
             return Err(ctx.invalid(
-                &format!("{path}.default_account"),
-                format!("an account that lists user {uname:?}, not {default_account:?}"),
+                &format!("users[{i}].default_account"),
+                format!("an account that lists user {name:?}, not {default_account:?}"),
             ));
         }
         users.push(UserRecord {
-            name: uname.to_string(),
-            priority: ctx.i64_of(u, &path, "priority")?.unwrap_or(0),
-            default_account: default_account.to_string(),
+            name: name.clone(),
+            priority: u.priority,
+            default_account: default_account.clone(),
         });
     }
     Ok(users)
 }
 
-/// An alternative's keys: a job's resource keys ([`SHAPE_KEYS`]), then
-/// the partition it runs in.
-const ALTERNATIVE_KEYS: &[&str] = &[
-    "nodes",
-    "cpus",
-    "mem_mb",
-    "gpus",
-    "gpu_type",
-    "emulators",
-    "exclusive",
-    "features",
-    "partition",
-];
-
-/// The resource keys of a job or of one of its alternatives.
-const SHAPE_KEYS: &[&str] = ALTERNATIVE_KEYS.split_at(ALTERNATIVE_KEYS.len() - 1).0;
-
-fn shape_of(ctx: &Ctx, t: &Table, path: &str, base: Option<&Shape>) -> Result<Shape, SimError> {
+/// The resource keys given in `keys`, over `base` (for a job, one CPU on
+/// one host).
+fn shape_of(
+    ctx: &Ctx,
+    keys: ShapeKeys,
+    path: &str,
+    base: Option<&Shape>,
+) -> Result<Shape, SimError> {
     let mut shape = base
         .cloned()
         .unwrap_or_else(|| Shape::one(Resources::cpu_mem(1, 0)));
-    if let Some(n) = ctx.u32_of(t, path, "nodes")? {
-        if n == 0 {
-            return Err(ctx.invalid(&format!("{path}.nodes"), "a number of hosts >= 1"));
+    if keys.nodes == Some(0) {
+        return Err(ctx.invalid(&format!("{path}.nodes"), "a number of hosts >= 1"));
+    }
+    set(&mut shape.nodes, keys.nodes);
+    set(&mut shape.per_host.cpus, keys.cpus.map(|c| c.max(1)));
+    set(&mut shape.per_host.mem_mb, keys.mem_mb);
+    set(&mut shape.per_host.gpus, keys.gpus);
+    set(&mut shape.gpu_type, keys.gpu_type);
+    if let Some(e) = keys.emulators {
+        if e.units == 0 {
+            let key = format!("{path}.emulators.units");
+            return Err(ctx.invalid(&key, "a number of units >= 1"));
         }
-        shape.nodes = n;
+        shape.emu_kind = e.kind;
+        shape.emu_group = e.group;
+        shape.per_host.emu = e.units;
     }
-    if let Some(c) = ctx.u32_of(t, path, "cpus")? {
-        shape.per_host.cpus = c.max(1);
-    }
-    if let Some(m) = ctx.u64_of(t, path, "mem_mb")? {
-        shape.per_host.mem_mb = m;
-    }
-    if let Some(g) = ctx.u32_of(t, path, "gpus")? {
-        shape.per_host.gpus = g;
-    }
-    if let Some(g) = ctx.str_of(t, path, "gpu_type")? {
-        shape.gpu_type = g.to_string();
-    }
-    if let Some(e) = ctx.table_of(t, path, "emulators")? {
-        let epath = format!("{path}.emulators");
-        ctx.check_keys(e, "emulators", &epath, &["kind", "group", "units"])?;
-        shape.emu_kind = ctx
-            .str_of(e, &epath, "kind")?
-            .ok_or_else(|| ctx.invalid(&format!("{epath}.kind"), "an emulator kind"))?
-            .to_string();
-        shape.emu_group = ctx
-            .str_of(e, &epath, "group")?
-            .unwrap_or_default()
-            .to_string();
-        shape.per_host.emu = ctx
-            .u32_of(e, &epath, "units")?
-            .filter(|&u| u > 0)
-            .ok_or_else(|| ctx.invalid(&format!("{epath}.units"), "a number of units >= 1"))?;
-    }
-    if let Some(x) = ctx.bool_of(t, path, "exclusive")? {
-        shape.exclusive = x;
-    }
-    if let Some(f) = ctx.strings_of(t, path, "features")? {
-        shape.features = f;
-    }
+    set(&mut shape.exclusive, keys.exclusive);
+    set(&mut shape.features, keys.features);
     Ok(shape)
 }
 
@@ -1080,86 +634,22 @@ type JobIndex = BTreeMap<String, Vec<usize>>;
 /// `[[reservations]]`: admin windows. Names are unique, hosts exist, users
 /// and accounts are the scenario's, and two windows never overlap on a
 /// host (a host is in at most one reservation at a time).
-fn parse_reservations(
+fn reservations_of(
     ctx: &Ctx,
-    root: &Table,
+    list: &[ReservationFile],
     hosts: &[Host],
     accounts: &[Account],
 ) -> Result<Vec<AdminReservation>, SimError> {
     let mut out: Vec<AdminReservation> = Vec::new();
-    for (i, r) in ctx.tables_of(root, "reservations")?.into_iter().enumerate() {
+    for (i, r) in list.iter().enumerate() {
         let path = format!("reservations[{i}]");
-        ctx.check_keys(
-            r,
-            "reservations",
-            &path,
-            &[
-                "name",
-                "hosts",
-                "start_s",
-                "duration_s",
-                "users",
-                "accounts",
-            ],
-        )?;
-        let name = ctx
-            .str_of(r, &path, "name")?
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| ctx.invalid(&format!("{path}.name"), "a reservation name"))?;
-        if out.iter().any(|o| o.name == name) {
-            return Err(ctx.invalid(
-                &format!("{path}.name"),
-                format!("reservation names used once; {name} is named twice"),
-            ));
+        let key = format!("{path}.name");
+        if r.name.is_empty() {
+            return Err(ctx.invalid(&key, "a reservation name"));
         }
-        let list = ctx
-            .str_of(r, &path, "hosts")?
-            .ok_or_else(|| ctx.invalid(&format!("{path}.hosts"), "a hostlist, e.g. node[01-04]"))?;
-        let names = hostlist::expand(list)
-            .map_err(|e| ctx.invalid(&format!("{path}.hosts"), format!("a hostlist ({e})")))?;
-        for n in &names {
-            if !hosts.iter().any(|h| &h.name == n) {
-                return Err(ctx.invalid(
-                    &format!("{path}.hosts"),
-                    format!("hosts of [[hosts]], not {n:?}"),
-                ));
-            }
-        }
-        let start_s = ctx
-            .u64_of(r, &path, "start_s")?
-            .ok_or_else(|| ctx.invalid(&format!("{path}.start_s"), "a start time in seconds"))?;
-        let duration_s = ctx
-            .u64_of(r, &path, "duration_s")?
-            .filter(|&d| d > 0)
-            .ok_or_else(|| {
-                ctx.invalid(&format!("{path}.duration_s"), "a duration in seconds >= 1")
-            })?;
-        let users = ctx.strings_of(r, &path, "users")?.unwrap_or_default();
-        for u in &users {
-            if !accounts.iter().any(|a| a.users.contains(u)) {
-                return Err(ctx.invalid(
-                    &format!("{path}.users"),
-                    format!("users named in [[accounts]], not {u:?}"),
-                ));
-            }
-        }
-        let account_names = ctx.strings_of(r, &path, "accounts")?.unwrap_or_default();
-        for a in &account_names {
-            if !accounts.iter().any(|x| &x.name == a) {
-                return Err(ctx.invalid(
-                    &format!("{path}.accounts"),
-                    format!("names of [[accounts]], not {a:?}"),
-                ));
-            }
-        }
-        let window = AdminReservation {
-            name: name.to_string(),
-            hosts: names,
-            start_ms: start_s.saturating_mul(1000),
-            end_ms: start_s.saturating_add(duration_s).saturating_mul(1000),
-            users,
-            accounts: account_names,
-        };
+        let taken = out.iter().any(|o| o.name == r.name);
+        ctx.once(&key, "reservation", &r.name, taken)?;
+        let window = reservation_of(ctx, r, &path, hosts, accounts)?;
         if let Some((other, host)) = out.iter().find_map(|o| {
             let shared = o.hosts.iter().find(|h| window.hosts.contains(h))?;
             (o.start_ms < window.end_ms && window.start_ms < o.end_ms).then_some((o, shared))
@@ -1177,250 +667,274 @@ fn parse_reservations(
     Ok(out)
 }
 
-fn parse_jobs(
+/// One window, its hosts, users and accounts checked.
+fn reservation_of(
     ctx: &Ctx,
-    root: &Table,
+    r: &ReservationFile,
+    path: &str,
+    hosts: &[Host],
+    accounts: &[Account],
+) -> Result<AdminReservation, SimError> {
+    let names = hostlist::expand(&r.hosts)
+        .map_err(|e| ctx.invalid(&format!("{path}.hosts"), format!("a hostlist ({e})")))?;
+    if let Some(n) = names.iter().find(|n| !hosts.iter().any(|h| h.name == **n)) {
+        return Err(ctx.invalid(
+            &format!("{path}.hosts"),
+            format!("hosts of [[hosts]], not {n:?}"),
+        ));
+    }
+    if r.duration_s == 0 {
+        let key = format!("{path}.duration_s");
+        return Err(ctx.invalid(&key, "a duration in seconds >= 1"));
+    }
+    if let Some(u) = r
+        .users
+        .iter()
+        .find(|u| !accounts.iter().any(|a| a.users.contains(u)))
+    {
+        return Err(ctx.invalid(
+            &format!("{path}.users"),
+            format!("users named in [[accounts]], not {u:?}"),
+        ));
+    }
+    if let Some(a) = r
+        .accounts
+        .iter()
+        .find(|a| !accounts.iter().any(|x| x.name == **a))
+    {
+        return Err(ctx.invalid(
+            &format!("{path}.accounts"),
+            format!("names of [[accounts]], not {a:?}"),
+        ));
+    }
+    Ok(AdminReservation {
+        name: r.name.clone(),
+        hosts: names,
+        start_ms: r.start_s.saturating_mul(1000),
+        end_ms: r.start_s.saturating_add(r.duration_s).saturating_mul(1000),
+        users: r.users.clone(),
+        accounts: r.accounts.clone(),
+    })
+}
+
+fn jobs_of(
+    ctx: &Ctx,
+    list: &[JobFile],
     world: &Snapshot,
     hosts: &[Host],
 ) -> Result<(Vec<SimJob>, JobIndex), SimError> {
-    let catalog = berth_scheduler::catalog::Catalog::new(world);
+    let catalog = Catalog::new(world);
     let mut jobs: Vec<SimJob> = Vec::new();
     // Scenario id -> the job indices it names (several for an array).
     let mut job_index: JobIndex = BTreeMap::new();
-    // Dependencies are resolved after every id is known.
-    let mut pending_deps: Vec<(Vec<usize>, String, String)> = Vec::new();
-    let job_keys: Vec<&str> = [
-        "id",
-        "name",
-        "at_s",
-        "user",
-        "account",
-        "qos",
-        "partition",
-        "time_limit_s",
-        "runtime_s",
-        "exit_code",
-        "hold",
-        "priority_nice",
-        "dependency",
-        "array",
-        "begin_s",
-        "alternatives",
-        "preemptible",
-        "stop_takes_s",
-        "reservation",
-    ]
-    .iter()
-    .chain(SHAPE_KEYS)
-    .copied()
-    .collect();
-    for (i, j) in ctx.tables_of(root, "jobs")?.into_iter().enumerate() {
-        let path = format!("jobs[{i}]");
-        let id = ctx
-            .str_of(j, &path, "id")?
-            .ok_or_else(|| ctx.invalid(&format!("{path}.id"), "the job's name, a string"))?
-            .to_string();
-        let path = format!("jobs[{i}] (id {id:?})");
-        ctx.check_keys(j, "jobs", &path, &job_keys)?;
-        if job_index.contains_key(&id) {
+    for (i, j) in list.iter().enumerate() {
+        let path = format!("jobs[{i}] (id {:?})", j.id);
+        if job_index.contains_key(&j.id) {
             return Err(ctx.invalid(&format!("{path}.id"), "job ids used once"));
         }
-        let at_s = ctx
-            .u64_of(j, &path, "at_s")?
-            .ok_or_else(|| ctx.invalid(&format!("{path}.at_s"), "a submit time in seconds"))?;
-        let user = ctx
-            .str_of(j, &path, "user")?
-            .ok_or_else(|| ctx.invalid(&format!("{path}.user"), "a user named in [[accounts]]"))?;
-        let asked_account = ctx.str_of(j, &path, "account")?.unwrap_or_default();
-        let Some(account) = catalog.account_of(user, asked_account) else {
-            return Err(if asked_account.is_empty() {
-                ctx.invalid(
-                    &format!("{path}.user"),
-                    format!("a user named in [[accounts]], not {user:?}"),
-                )
-            } else {
-                ctx.invalid(
-                    &format!("{path}.account"),
-                    format!("a name of [[accounts]], not {asked_account:?}"),
-                )
-            });
-        };
-        if !account.users.iter().any(|u| u == user) {
-            return Err(ctx.invalid(
-                &format!("{path}.account"),
-                format!(
-                    "an account that lists user {user:?}, not {:?}",
-                    account.name
-                ),
-            ));
-        }
-        let qos = ctx.str_of(j, &path, "qos")?.unwrap_or_default();
-        if !qos.is_empty() && catalog.qos(qos).is_none() {
-            return Err(ctx.invalid(
-                &format!("{path}.qos"),
-                format!("a name of [[qos]], not {qos:?}"),
-            ));
-        }
-        let partitions: Vec<String> = match j.get("partition") {
-            None => Vec::new(),
-            Some(Value::String(p)) => p.split(',').map(|s| s.trim().to_string()).collect(),
-            Some(_) => ctx.strings_of(j, &path, "partition")?.unwrap_or_default(),
-        };
-        for p in &partitions {
-            if catalog.partition(p).is_none() {
-                return Err(ctx.invalid(
-                    &format!("{path}.partition"),
-                    format!("a name of [[partitions]], not {p:?}"),
-                ));
-            }
-        }
-        let shape = shape_of(ctx, j, &path, None)?;
-        let mut alternatives = Vec::new();
-        let mut path_partitions = Vec::new();
-        if let Some(alts) = j.get("alternatives") {
-            let Value::Array(items) = alts else {
-                return Err(ctx.invalid(
-                    &format!("{path}.alternatives"),
-                    "an array of resource tables",
-                ));
-            };
-            for (k, alt) in items.iter().enumerate() {
-                let apath = format!("{path}.alternatives[{k}]");
-                let Value::Table(t) = alt else {
-                    return Err(ctx.invalid(&apath, "a table of resource keys"));
-                };
-                ctx.check_keys(t, "alternatives", &apath, ALTERNATIVE_KEYS)?;
-                alternatives.push(shape_of(ctx, t, &apath, Some(&shape))?);
-                // An alternative may run in a partition of its own.
-                let own = ctx.str_of(t, &apath, "partition")?.unwrap_or_default();
-                if !own.is_empty() && catalog.partition(own).is_none() {
-                    return Err(ctx.invalid(
-                        &format!("{apath}.partition"),
-                        format!("a name of [[partitions]], not {own:?}"),
-                    ));
-                }
-                path_partitions.push(own.to_string());
-            }
-        }
-        if path_partitions.iter().all(String::is_empty) {
-            path_partitions.clear();
-        }
-        let mut spec = PendingJob {
-            shape,
-            alternatives,
-            path_partitions,
-            user: user.to_string(),
-            account: asked_account.to_string(),
-            qos: qos.to_string(),
-            partitions,
-            // Checked at submit, as `sbatch --reservation` is: a name that
-            // does not exist or does not admit the job is refused then.
-            reservation: ctx
-                .str_of(j, &path, "reservation")?
-                .unwrap_or_default()
-                .to_string(),
-            ..PendingJob::default()
-        };
-        // Where it could run at all, with every host up.
-        let candidate_partitions: Vec<Option<&Partition>> = if world.partitions.is_empty() {
-            vec![None]
-        } else {
-            catalog.partitions_of(&spec).into_iter().map(Some).collect()
-        };
-        let can_run = spec.paths().iter().enumerate().any(|(k, s)| {
-            candidate_partitions.iter().any(|&p| {
-                catalog.runs_in(&spec, k, p) && possible(s, hosts, p.map(|p| p.name.as_str()))
-            })
-        });
-        if !can_run {
-            return Err(ctx.invalid(
-                &path,
-                "resources some hosts of the scenario could hold (no host group has enough of what it asks, of its kind, in its partition)",
-            ));
-        }
-        let asked_limit_s = ctx.u64_of(j, &path, "time_limit_s")?.filter(|&t| t > 0);
-        // Slurm's default time limit: the partition's DefaultTime, else MaxTime.
-        let default_limit_s = catalog
-            .partitions_of(&spec)
-            .first()
-            .and_then(|p| p.default_limit_s());
-        spec.time_limit_s = asked_limit_s.or(default_limit_s).unwrap_or(0);
-        spec.nice = match ctx.i64_of(j, &path, "priority_nice")? {
-            None => 0,
-            Some(n) => i32::try_from(n)
-                .ok()
-                .filter(|n| n.abs() <= 2_147_483_645)
-                .ok_or_else(|| {
-                    ctx.invalid(
-                        &format!("{path}.priority_nice"),
-                        "a nice value that fits in 32 bits",
-                    )
-                })?,
-        };
-        if let Some(b) = ctx.u64_of(j, &path, "begin_s")? {
-            spec.begin_ms = b.saturating_mul(1000);
-        }
-        spec.preemptible = ctx.bool_of(j, &path, "preemptible")?.unwrap_or(false);
-        let stop_takes_s = ctx.u64_of(j, &path, "stop_takes_s")?.unwrap_or(0);
-        let runtime_s = ctx.u64_of(j, &path, "runtime_s")?;
-        let exit_code = match j.get("exit_code") {
-            None => 0,
-            Some(Value::Integer(n)) => i32::try_from(*n)
-                .map_err(|_| ctx.invalid(&format!("{path}.exit_code"), "an exit code"))?,
-            Some(_) => {
-                return Err(ctx.invalid(&format!("{path}.exit_code"), "an integer exit code"))
-            }
-        };
-        let hold = ctx.bool_of(j, &path, "hold")?.unwrap_or(false);
-        let (task_ids, array_max) = match ctx.str_of(j, &path, "array")? {
-            None => (None, 0),
-            Some(a) => {
-                let (ids, max) =
-                    parse_array(a).map_err(|e| ctx.invalid(&format!("{path}.array"), e))?;
-                (Some(ids), max)
-            }
-        };
-        let first = jobs.len();
-        let mut indices = Vec::new();
-        let names: Vec<String> = match &task_ids {
-            None => vec![id.clone()],
-            Some(ids) => ids.iter().map(|k| format!("{id}_{k}")).collect(),
-        };
-        // Slurm's job name: `name`, else the id; every task of an array
-        // has the array's.
-        let job_name = ctx
-            .str_of(j, &path, "name")?
-            .unwrap_or(id.as_str())
-            .to_string();
-        for name in names {
-            indices.push(jobs.len());
-            jobs.push(SimJob {
-                name,
-                job_name: job_name.clone(),
-                submit_s: at_s,
-                spec: spec.clone(),
-                runtime_s,
-                exit_code,
-                hold,
-                rejected: None,
-                dependency: None,
-                array_of: task_ids.as_ref().map(|_| (first, array_max)),
-                stop_takes_s,
-            });
-        }
-        if let Some(d) = ctx.str_of(j, &path, "dependency")? {
-            pending_deps.push((indices.clone(), d.to_string(), path.clone()));
-        }
-        job_index.insert(id, indices);
+        let spec = job_spec(ctx, j, &path, world, &catalog, hosts)?;
+        let indices = push_tasks(ctx, j, &path, spec, &mut jobs)?;
+        job_index.insert(j.id.clone(), indices);
     }
-    for (indices, text, path) in pending_deps {
-        let spec = scenario_dependency(&text, &job_index)
-            .map_err(|e| ctx.invalid(&format!("{path}.dependency"), e))?;
-        for i in indices {
-            jobs[i].dependency = Some(spec.clone());
+    // Dependencies name jobs by id, earlier or later in the file.
+    for (i, j) in list.iter().enumerate() {
+        let Some(text) = &j.dependency else {
+            continue;
+        };
+        let spec = scenario_dependency(text, &job_index)
+            .map_err(|e| ctx.invalid(&format!("jobs[{i}] (id {:?}).dependency", j.id), e))?;
+        for &k in &job_index[&j.id] {
+            jobs[k].dependency = Some(spec.clone());
         }
     }
     Ok((jobs, job_index))
+}
+
+/// What one `[[jobs]]` entry asks, checked against the scenario.
+fn job_spec(
+    ctx: &Ctx,
+    j: &JobFile,
+    path: &str,
+    world: &Snapshot,
+    catalog: &Catalog,
+    hosts: &[Host],
+) -> Result<PendingJob, SimError> {
+    check_job_names(ctx, j, path, catalog)?;
+    let shape = shape_of(ctx, j.shape_keys(), path, None)?;
+    let (alternatives, path_partitions) = alternatives_of(ctx, j, path, &shape, catalog)?;
+    let mut spec = PendingJob {
+        shape,
+        alternatives,
+        path_partitions,
+        user: j.user.clone(),
+        account: j.account.clone(),
+        qos: j.qos.clone(),
+        partitions: j.partition.clone(),
+        // Checked at submit, as `sbatch --reservation` is: a name that
+        // does not exist or does not admit the job is refused then.
+        reservation: j.reservation.clone(),
+        ..PendingJob::default()
+    };
+    if !can_run(&spec, world, catalog, hosts) {
+        return Err(ctx.invalid(
+            path,
+            "resources some hosts of the scenario could hold (no host group has enough of what it asks, of its kind, in its partition)",
+        ));
+    }
+    let asked_limit_s = j.time_limit_s.filter(|&t| t > 0);
+    // Slurm's default time limit: the partition's DefaultTime, else MaxTime.
+    let default_limit_s = catalog
+        .partitions_of(&spec)
+        .first()
+        .and_then(|p| p.default_limit_s());
+    spec.time_limit_s = asked_limit_s.or(default_limit_s).unwrap_or(0);
+    spec.nice = i32::try_from(j.priority_nice)
+        .ok()
+        .filter(|n| n.abs() <= 2_147_483_645)
+        .ok_or_else(|| {
+            ctx.invalid(
+                &format!("{path}.priority_nice"),
+                "a nice value that fits in 32 bits",
+            )
+        })?;
+    if let Some(b) = j.begin_s {
+        spec.begin_ms = b.saturating_mul(1000);
+    }
+    spec.preemptible = j.preemptible;
+    Ok(spec)
+}
+
+/// The user, account, QOS and partitions a job names exist, and the
+/// account lists the user.
+fn check_job_names(ctx: &Ctx, j: &JobFile, path: &str, catalog: &Catalog) -> Result<(), SimError> {
+    let (user, asked) = (&j.user, &j.account);
+    let Some(account) = catalog.account_of(user, asked) else {
+        return Err(if asked.is_empty() {
+            ctx.invalid(
+                &format!("{path}.user"),
+                format!("a user named in [[accounts]], not {user:?}"),
+            )
+        } else {
+            ctx.invalid(
+                &format!("{path}.account"),
+                format!("a name of [[accounts]], not {asked:?}"),
+            )
+        });
+    };
+    if !account.users.contains(user) {
+        return Err(ctx.invalid(
+            &format!("{path}.account"),
+            format!(
+                "an account that lists user {user:?}, not {:?}",
+                account.name
+            ),
+        ));
+    }
+    if !j.qos.is_empty() && catalog.qos(&j.qos).is_none() {
+        return Err(ctx.invalid(
+            &format!("{path}.qos"),
+            format!("a name of [[qos]], not {:?}", j.qos),
+        ));
+    }
+    if let Some(p) = j.partition.iter().find(|p| catalog.partition(p).is_none()) {
+        return Err(ctx.invalid(
+            &format!("{path}.partition"),
+            format!("a name of [[partitions]], not {p:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A job's alternatives over its own `shape`, and the partition of each
+/// (none at all when every one runs in the job's).
+fn alternatives_of(
+    ctx: &Ctx,
+    j: &JobFile,
+    path: &str,
+    shape: &Shape,
+    catalog: &Catalog,
+) -> Result<(Vec<Shape>, Vec<String>), SimError> {
+    let mut shapes = Vec::new();
+    let mut partitions = Vec::new();
+    for (k, alt) in j.alternatives.iter().enumerate() {
+        let apath = format!("{path}.alternatives[{k}]");
+        shapes.push(shape_of(ctx, alt.shape_keys(), &apath, Some(shape))?);
+        // An alternative may run in a partition of its own.
+        let own = &alt.partition;
+        if !own.is_empty() && catalog.partition(own).is_none() {
+            return Err(ctx.invalid(
+                &format!("{apath}.partition"),
+                format!("a name of [[partitions]], not {own:?}"),
+            ));
+        }
+        partitions.push(own.clone());
+    }
+    if partitions.iter().all(String::is_empty) {
+        partitions.clear();
+    }
+    Ok((shapes, partitions))
+}
+
+/// Whether the job could run at all, with every host up: on some path,
+/// in some partition it may use.
+fn can_run(spec: &PendingJob, world: &Snapshot, catalog: &Catalog, hosts: &[Host]) -> bool {
+    let candidates: Vec<Option<&Partition>> = if world.partitions.is_empty() {
+        vec![None]
+    } else {
+        catalog.partitions_of(spec).into_iter().map(Some).collect()
+    };
+    spec.paths().iter().enumerate().any(|(k, s)| {
+        candidates
+            .iter()
+            .any(|&p| catalog.runs_in(spec, k, p) && possible(s, hosts, p.map(|p| p.name.as_str())))
+    })
+}
+
+/// The job, or its array's tasks (`{id}_{task}`), appended to `jobs`:
+/// their indices.
+fn push_tasks(
+    ctx: &Ctx,
+    j: &JobFile,
+    path: &str,
+    spec: PendingJob,
+    jobs: &mut Vec<SimJob>,
+) -> Result<Vec<usize>, SimError> {
+    let exit_code = i32::try_from(j.exit_code)
+        .map_err(|_| ctx.invalid(&format!("{path}.exit_code"), "an exit code"))?;
+    let (task_ids, array_max) = match &j.array {
+        None => (None, 0),
+        Some(a) => {
+            let (ids, max) =
+                parse_array(a).map_err(|e| ctx.invalid(&format!("{path}.array"), e))?;
+            (Some(ids), max)
+        }
+    };
+    let first = jobs.len();
+    let names: Vec<String> = match &task_ids {
+        None => vec![j.id.clone()],
+        Some(ids) => ids.iter().map(|k| format!("{}_{k}", j.id)).collect(),
+    };
+    // Slurm's job name: `name`, else the id; every task of an array has
+    // the array's.
+    let job_name = j.name.clone().unwrap_or_else(|| j.id.clone());
+    let mut indices = Vec::new();
+    for name in names {
+        indices.push(jobs.len());
+        jobs.push(SimJob {
+            name,
+            job_name: job_name.clone(),
+            submit_s: j.at_s,
+            spec: spec.clone(),
+            runtime_s: j.runtime_s,
+            exit_code,
+            hold: j.hold,
+            rejected: None,
+            dependency: None,
+            array_of: task_ids.as_ref().map(|_| (first, array_max)),
+            stop_takes_s: j.stop_takes_s,
+        });
+    }
+    Ok(indices)
 }
 
 /// A dependency written with scenario ids (`afterok:a0:a1,afterany:b`,
@@ -1463,9 +977,12 @@ fn scenario_dependency(text: &str, index: &JobIndex) -> Result<DependencySpec, S
     Ok(DependencySpec { all: !any, deps })
 }
 
-fn parse_events(
+/// What an event's `action` may be.
+const ACTIONS: &str = "one of cancel, release, hold, host_down, host_up, modify_qos, set_priority";
+
+fn events_of(
     ctx: &Ctx,
-    root: &Table,
+    list: &[EventFile],
     world: &Snapshot,
     hosts: &[Host],
     jobs: &[SimJob],
@@ -1478,147 +995,263 @@ fn parse_events(
         .iter()
         .map(|q| (q.name.clone(), q.clone()))
         .collect();
-    let mut tables: Vec<(usize, &Table)> = ctx
-        .tables_of(root, "events")?
-        .into_iter()
-        .enumerate()
-        .collect();
-    tables.sort_by_key(|(i, t)| (t.get("at_s").and_then(Value::as_integer).unwrap_or(0), *i));
-    for (i, e) in tables {
+    let mut order: Vec<(usize, &EventFile)> = list.iter().enumerate().collect();
+    order.sort_by_key(|(i, e)| (e.at_s, *i));
+    for (i, e) in order {
         let path = format!("events[{i}]");
-        ctx.check_keys(
-            e,
-            "events",
-            &path,
-            &[
-                "at_s", "action", "job", "host", "qos", "account", "user", "set",
-            ],
-        )?;
-        let at_s = ctx
-            .u64_of(e, &path, "at_s")?
-            .ok_or_else(|| ctx.invalid(&format!("{path}.at_s"), "a time in seconds"))?;
-        let action = ctx.str_of(e, &path, "action")?.unwrap_or_default();
-        let job_of = || -> Result<Vec<usize>, SimError> {
-            let name = ctx
-                .str_of(e, &path, "job")?
-                .ok_or_else(|| ctx.invalid(&format!("{path}.job"), "the id of a [[jobs]] entry"))?;
-            let found = job_index.get(name).cloned().ok_or_else(|| {
-                ctx.invalid(
-                    &format!("{path}.job"),
-                    format!("the id of a [[jobs]] entry, not {name:?}"),
-                )
-            })?;
-            if found.iter().any(|&j| at_s < jobs[j].submit_s) {
-                return Err(ctx.invalid(
-                    &format!("{path}.at_s"),
-                    format!("a time at or after job {name:?} is submitted"),
-                ));
-            }
-            Ok(found)
+        let named_jobs = || event_jobs(ctx, e, &path, jobs, job_index);
+        let named_hosts = || event_hosts(ctx, e, &path, hosts);
+        let action = match e.action.as_str() {
+            "cancel" => SimAction::Cancel(named_jobs()?),
+            "release" => SimAction::Release(named_jobs()?),
+            "hold" => SimAction::Hold(named_jobs()?),
+            "host_down" => SimAction::HostDown(named_hosts()?),
+            "host_up" => SimAction::HostUp(named_hosts()?),
+            "modify_qos" => modify_qos(ctx, e, &path, &mut qos_now)?,
+            "set_priority" => set_priority(ctx, e, &path, world)?,
+            _ => return Err(ctx.invalid(&format!("{path}.action"), ACTIONS)),
         };
-        let hosts_of = || -> Result<Vec<String>, SimError> {
-            let expr = ctx
-                .str_of(e, &path, "host")?
-                .ok_or_else(|| ctx.invalid(&format!("{path}.host"), "a host name or hostlist"))?;
-            let names =
-                hostlist::expand(expr).map_err(|m| ctx.invalid(&format!("{path}.host"), m))?;
-            for n in &names {
-                if !hosts.iter().any(|h| h.name == *n) {
-                    return Err(ctx.invalid(
-                        &format!("{path}.host"),
-                        format!("hosts of [[hosts]], not {n:?}"),
-                    ));
-                }
-            }
-            Ok(names)
-        };
-        let set = || -> Result<&Table, SimError> {
-            ctx.table_of(e, &path, "set")?.ok_or_else(|| {
-                ctx.invalid(
-                    &format!("{path}.set"),
-                    "a table of what to change, e.g. set = { priority = 10 }",
-                )
-            })
-        };
-        let act =
-            match action {
-                "cancel" => SimAction::Cancel(job_of()?),
-                "release" => SimAction::Release(job_of()?),
-                "hold" => SimAction::Hold(job_of()?),
-                "host_down" => SimAction::HostDown(hosts_of()?),
-                "host_up" => SimAction::HostUp(hosts_of()?),
-                "modify_qos" => {
-                    let qname = ctx
-                        .str_of(e, &path, "qos")?
-                        .ok_or_else(|| ctx.invalid(&format!("{path}.qos"), "a name of [[qos]]"))?;
-                    let base = qos_now.get(qname).cloned().ok_or_else(|| {
-                        ctx.invalid(
-                            &format!("{path}.qos"),
-                            format!("a name of [[qos]], not {qname:?}"),
-                        )
-                    })?;
-                    let set = set()?;
-                    let keys: Vec<&str> = with_limits(QOS_KEYS)
-                        .into_iter()
-                        .filter(|k| *k != "name")
-                        .collect();
-                    ctx.check_keys(set, "qos", &format!("{path}.set"), &keys)?;
-                    let modified = qos_from(ctx, set, &format!("{path}.set"), base)?;
-                    if let Some(bad) = modified.preempt.iter().find(|n| !qos_now.contains_key(*n)) {
-                        return Err(ctx.invalid(
-                            &format!("{path}.set.preempt"),
-                            format!("names of [[qos]], not {bad:?}"),
-                        ));
-                    }
-                    qos_now.insert(qname.to_string(), modified.clone());
-                    SimAction::ModifyQos(Box::new(modified))
-                }
-                "set_priority" => {
-                    let set = set()?;
-                    ctx.check_keys(set, "set_priority", &format!("{path}.set"), &["priority"])?;
-                    let priority = ctx
-                        .i64_of(set, &format!("{path}.set"), "priority")?
-                        .ok_or_else(|| {
-                            ctx.invalid(
-                                &format!("{path}.set.priority"),
-                                "the new priority, a whole number",
-                            )
-                        })?;
-                    match (
-                        ctx.str_of(e, &path, "account")?,
-                        ctx.str_of(e, &path, "user")?,
-                    ) {
-                        (Some(a), None) => {
-                            if !world.accounts.iter().any(|x| x.name == a) {
-                                return Err(ctx.invalid(
-                                    &format!("{path}.account"),
-                                    format!("a name of [[accounts]], not {a:?}"),
-                                ));
-                            }
-                            SimAction::SetAccountPriority(a.to_string(), priority)
-                        }
-                        (None, Some(u)) => {
-                            if !world
-                                .accounts
-                                .iter()
-                                .any(|x| x.users.iter().any(|y| y == u))
-                            {
-                                return Err(ctx.invalid(
-                                    &format!("{path}.user"),
-                                    format!("a user named in [[accounts]], not {u:?}"),
-                                ));
-                            }
-                            SimAction::SetUserPriority(u.to_string(), priority)
-                        }
-                        _ => return Err(ctx.invalid(&path, "exactly one of account or user")),
-                    }
-                }
-                _ => return Err(ctx.invalid(
-                    &format!("{path}.action"),
-                    "one of cancel, release, hold, host_down, host_up, modify_qos, set_priority",
-                )),
-            };
-        events.push(SimEvent { at_s, action: act });
+        events.push(SimEvent {
+            at_s: e.at_s,
+            action,
+        });
     }
     Ok(events)
+}
+
+/// The jobs an event's `job` names (an array's tasks), submitted by then.
+fn event_jobs(
+    ctx: &Ctx,
+    e: &EventFile,
+    path: &str,
+    jobs: &[SimJob],
+    job_index: &JobIndex,
+) -> Result<Vec<usize>, SimError> {
+    let key = format!("{path}.job");
+    let name = e
+        .job
+        .as_deref()
+        .ok_or_else(|| ctx.invalid(&key, "the id of a [[jobs]] entry"))?;
+    let found = job_index
+        .get(name)
+        .cloned()
+        .ok_or_else(|| ctx.invalid(&key, format!("the id of a [[jobs]] entry, not {name:?}")))?;
+    if found.iter().any(|&j| e.at_s < jobs[j].submit_s) {
+        return Err(ctx.invalid(
+            &format!("{path}.at_s"),
+            format!("a time at or after job {name:?} is submitted"),
+        ));
+    }
+    Ok(found)
+}
+
+/// The hosts an event's `host` names (a hostlist).
+fn event_hosts(
+    ctx: &Ctx,
+    e: &EventFile,
+    path: &str,
+    hosts: &[Host],
+) -> Result<Vec<String>, SimError> {
+    let key = format!("{path}.host");
+    let expr = e
+        .host
+        .as_deref()
+        .ok_or_else(|| ctx.invalid(&key, "a host name or hostlist"))?;
+    let names = hostlist::expand(expr).map_err(|m| ctx.invalid(&key, m))?;
+    if let Some(n) = names.iter().find(|n| !hosts.iter().any(|h| h.name == **n)) {
+        return Err(ctx.invalid(&key, format!("hosts of [[hosts]], not {n:?}")));
+    }
+    Ok(names)
+}
+
+/// An event's `set` table.
+fn set_of<'e>(ctx: &Ctx, e: &'e EventFile, path: &str) -> Result<&'e QosFile, SimError> {
+    e.set.as_ref().ok_or_else(|| {
+        ctx.invalid(
+            &format!("{path}.set"),
+            "a table of what to change, e.g. set = { priority = 10 }",
+        )
+    })
+}
+
+/// `modify_qos`: the QOS as it is by then, with the keys of `set`.
+fn modify_qos(
+    ctx: &Ctx,
+    e: &EventFile,
+    path: &str,
+    qos_now: &mut BTreeMap<String, Qos>,
+) -> Result<SimAction, SimError> {
+    let key = format!("{path}.qos");
+    let name = e
+        .qos
+        .as_deref()
+        .ok_or_else(|| ctx.invalid(&key, "a name of [[qos]]"))?;
+    let base = qos_now
+        .get(name)
+        .cloned()
+        .ok_or_else(|| ctx.invalid(&key, format!("a name of [[qos]], not {name:?}")))?;
+    let set = set_of(ctx, e, path)?;
+    if set.name.is_some() {
+        return Err(ctx.unknown(&format!("{path}.set.name")));
+    }
+    let modified = qos_from(ctx, set, &format!("{path}.set"), base)?;
+    if let Some(bad) = modified.preempt.iter().find(|n| !qos_now.contains_key(*n)) {
+        return Err(ctx.invalid(
+            &format!("{path}.set.preempt"),
+            format!("names of [[qos]], not {bad:?}"),
+        ));
+    }
+    qos_now.insert(name.to_string(), modified.clone());
+    Ok(SimAction::ModifyQos(Box::new(modified)))
+}
+
+/// `set_priority`: an account's or a user's new priority.
+fn set_priority(
+    ctx: &Ctx,
+    e: &EventFile,
+    path: &str,
+    world: &Snapshot,
+) -> Result<SimAction, SimError> {
+    let set = set_of(ctx, e, path)?;
+    let only_priority = QosFile {
+        priority: set.priority,
+        ..QosFile::default()
+    };
+    if *set != only_priority {
+        return Err(ctx.invalid(
+            &format!("{path}.set"),
+            "only the key priority (set_priority changes nothing else)",
+        ));
+    }
+    let priority = set.priority.ok_or_else(|| {
+        ctx.invalid(
+            &format!("{path}.set.priority"),
+            "the new priority, a whole number",
+        )
+    })?;
+    match (&e.account, &e.user) {
+        (Some(a), None) => {
+            if !world.accounts.iter().any(|x| x.name == *a) {
+                return Err(ctx.invalid(
+                    &format!("{path}.account"),
+                    format!("a name of [[accounts]], not {a:?}"),
+                ));
+            }
+            Ok(SimAction::SetAccountPriority(a.clone(), priority))
+        }
+        (None, Some(u)) => {
+            if !world.accounts.iter().any(|x| x.users.contains(u)) {
+                return Err(ctx.invalid(
+                    &format!("{path}.user"),
+                    format!("a user named in [[accounts]], not {u:?}"),
+                ));
+            }
+            Ok(SimAction::SetUserPriority(u.clone(), priority))
+        }
+        _ => Err(ctx.invalid(path, "exactly one of account or user")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "[[hosts]]\nnames = \"n[1-2]\"\ncpus = 4\n\n\
+        [[accounts]]\nname = \"lab\"\nusers = [\"u1\"]\n";
+
+    fn error_of(text: &str) -> String {
+        match parse_scenario(text, "s.toml") {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_nested_table_is_refused_with_its_line() {
+        let job = "[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\n\
+            emulators = { kind = \"zebu\", unit = 1 }\n";
+        assert_eq!(
+            error_of(&format!("{BASE}{job}")),
+            "s.toml: line 12: unknown key jobs[0] (id \"a\").emulators.unit"
+        );
+        assert_eq!(
+            error_of(&format!(
+                "[scheduler]\nbackfill = true\nbackfil = false\n{BASE}"
+            )),
+            "s.toml: line 3: unknown key scheduler.backfil"
+        );
+        // An array of tables spans the tables written between its own.
+        let split = format!("{BASE}[[hosts]]\nnames = \"m1\"\ncpus = 1\ngpu = 1\n");
+        assert_eq!(
+            error_of(&split),
+            "s.toml: line 11: unknown key hosts[1].gpu"
+        );
+        // A sub-table under a header of its own is not within its parent's
+        // span.
+        let sub = "[[hosts]]\nnames = \"n1\"\ncpus = 1\n\
+            [[hosts.emulators]]\nkind = \"z\"\nunits = 1\nx = 2\n";
+        assert_eq!(
+            error_of(sub),
+            "s.toml: line 7: unknown key hosts[0].emulators[0].x"
+        );
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_kind_names_key_line_and_expectation() {
+        assert_eq!(
+            error_of(&format!(
+                "{BASE}[[jobs]]\nid = \"a\"\nat_s = \"soon\"\nuser = \"u1\"\n"
+            )),
+            "s.toml: line 10: jobs[0] (id \"a\").at_s: expected a whole number >= 0"
+        );
+        assert_eq!(
+            error_of(&format!(
+                "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\nfeatures = [\"ib\", 2]\n"
+            )),
+            "s.toml: line 12: jobs[0] (id \"a\").features[1]: expected a string"
+        );
+        assert_eq!(
+            error_of(&format!("[[qos]]\nname = \"q\"\nmax_tres_per_job = 4\n{BASE}")),
+            "s.toml: line 3: qos[0].max_tres_per_job: expected a TRES table such as { node = 4, gpu = 16 }"
+        );
+        assert_eq!(
+            error_of(&format!("[scheduler]\nbf_window_s = -1\n{BASE}")),
+            "s.toml: line 2: scheduler.bf_window_s: expected a whole number >= 0"
+        );
+        assert_eq!(
+            error_of("hosts = 3\n"),
+            "s.toml: line 1: hosts: expected an array"
+        );
+    }
+
+    #[test]
+    fn a_missing_required_key_is_refused_by_name() {
+        assert_eq!(
+            error_of("[[hosts]]\nnames = \"n1\"\n"),
+            "s.toml: line 1: missing key hosts[0].cpus"
+        );
+        assert_eq!(
+            error_of(&format!("{BASE}[[jobs]]\nid = \"a\"\nuser = \"u1\"\n")),
+            "s.toml: line 8: missing key jobs[0] (id \"a\").at_s"
+        );
+        assert_eq!(
+            error_of(&format!(
+                "{BASE}[[events]]\naction = \"cancel\"\njob = \"a\"\n"
+            )),
+            "s.toml: line 8: missing key events[0].at_s"
+        );
+    }
+
+    #[test]
+    fn defaults_fill_what_the_file_leaves_out() {
+        let s = parse_scenario(BASE, "s.toml").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.name, "");
+        assert_eq!(s.stop_grace_s, STOP_GRACE_S_DEFAULT);
+        assert!(s.policy.backfill);
+        assert_eq!(s.world.accounts[0].shares, 1);
+        assert_eq!(s.world.accounts[0].parent, ROOT_ACCOUNT);
+        assert_eq!(s.world.qos.len(), 1, "normal always exists");
+        assert_eq!(s.hosts.len(), 2);
+        assert_eq!(s.hosts[0].inventory.mem_mb, 0);
+    }
 }

@@ -341,7 +341,7 @@ fn impossible_requests_and_unknown_names_are_errors() {
         error_of(&format!(
             "[[qos]]\nname = \"q\"\ngrp_tres = {{ gpus = 4 }}\n{BASE}"
         )),
-        "s.toml: qos[0].grp_tres.gpus: expected a TRES key: node, cpu, mem_mb, gpu or emu"
+        "s.toml: line 3: qos[0].grp_tres.gpus: expected a TRES key: node, cpu, mem_mb, gpu or emu"
     );
     assert_eq!(
         error_of(&format!(
@@ -359,19 +359,19 @@ fn impossible_requests_and_unknown_names_are_errors() {
 fn unknown_keys_and_bad_values_name_file_key_and_expectation() {
     assert_eq!(
         error_of(&format!("colour = 1\n{BASE}")),
-        "s.toml: unknown key colour"
+        "s.toml: line 1: unknown key colour"
     );
     assert_eq!(
         error_of(&format!(
             "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\ncpu = 2\n"
         )),
-        "s.toml: unknown key jobs[0] (id \"a\").cpu"
+        "s.toml: line 13: unknown key jobs[0] (id \"a\").cpu"
     );
     assert_eq!(
         error_of(&format!(
             "{BASE}[[jobs]]\nid = \"a\"\nat_s = -5\nuser = \"u1\"\n"
         )),
-        "s.toml: jobs[0] (id \"a\").at_s: expected a whole number >= 0"
+        "s.toml: line 11: jobs[0] (id \"a\").at_s: expected a whole number >= 0"
     );
     assert_eq!(
         error_of(&format!(
@@ -414,13 +414,13 @@ fn idle_fill_settings_out_of_range_name_the_key() {
     );
     assert_eq!(
         error_of(&format!("[scheduler]\nidle_fill_enabled = 1\n{BASE}")),
-        "s.toml: scheduler.idle_fill_enabled: expected true or false"
+        "s.toml: line 2: scheduler.idle_fill_enabled: expected true or false"
     );
     assert_eq!(
         error_of(&format!(
             "{BASE}[[qos]]\nname = \"burst\"\nidle_fill_preemptable = \"yes\"\n"
         )),
-        "s.toml: qos[0].idle_fill_preemptable: expected true or false"
+        "s.toml: line 11: qos[0].idle_fill_preemptable: expected true or false"
     );
 }
 
@@ -449,7 +449,7 @@ fn bad_reservations_name_the_key() {
         error_of(&window(
             "name = \"r\"\nhosts = \"n1\"\nstart_s = 0\nduration_s = 10\nflags = [\"MAINT\"]"
         )),
-        "s.toml: unknown key reservations[0].flags"
+        "s.toml: line 14: unknown key reservations[0].flags"
     );
     let two = format!(
         "{BASE}[[reservations]]\nname = \"a\"\nhosts = \"n[1-2]\"\nstart_s = 0\nduration_s = 100\n\
