@@ -1,5 +1,6 @@
 //! The simulator against the cluster's state machine: a seeded random
-//! workload (single and multi-host jobs, arrays, dependencies, exit codes,
+//! workload (single and multi-host jobs, jobs with alternative resource
+//! sets, arrays, dependencies, exit codes,
 //! time limits, cancels, holds and releases, a QOS limit set mid-run, an
 //! account's priority changed, QOS preemption that requeues or cancels,
 //! idle-fill lending past a QOS node cap and reclaiming, hosts lost and
@@ -21,7 +22,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use berth_scheduler::catalog::Catalog;
 use berth_scheduler::deps;
-use berth_scheduler::model::{Host, HostState, Inventory, JobId, JobSpec, JobState, Resources};
+use berth_scheduler::model::{
+    Host, HostState, Inventory, JobId, JobSpec, JobState, ResourceSet, Resources,
+};
 use berth_scheduler::pass::{schedule, Policy, Snapshot};
 use berth_scheduler::preempt::exempt_s;
 use berth_scheduler::qos::{PreemptMode, NORMAL_QOS};
@@ -149,8 +152,26 @@ fn workload(seed: u64) -> Workload {
         let tasks = if rng.chance(15) { rng.range(2, 4) } else { 1 } as u32;
         let account = accounts[rng.range(0, 1) as usize].clone();
         let qos = if rng.chance(15) { "high" } else { "" };
+        // Either this shape or another: fewer hosts with more CPUs each.
+        let alternatives = if tasks == 1 && rng.chance(15) {
+            vec![
+                ResourceSet {
+                    cpus: 1,
+                    nodes: 2,
+                    ..ResourceSet::default()
+                },
+                ResourceSet {
+                    cpus: 4,
+                    nodes: 1,
+                    ..ResourceSet::default()
+                },
+            ]
+        } else {
+            Vec::new()
+        };
         let spec = JobSpec {
             qos: qos.into(),
+            alternatives,
             name: format!("j{n}"),
             user: if rng.chance(50) { "alice" } else { "bob" }.into(),
             account,

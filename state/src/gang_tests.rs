@@ -514,3 +514,69 @@ fn a_run_its_host_lost_is_charged_to_the_node_failure() {
     // 6 CPUs for the 20 s it ran.
     assert_eq!(charged(&s, Cpu), 120.0);
 }
+
+/// A loan is judged against what ran before the plan, as the pass judged
+/// it at its turn: a single-host start listed ahead of it in the plan
+/// (singles come before gangs) does not count against it.
+#[test]
+fn a_gang_loan_is_not_judged_against_starts_listed_before_it() {
+    let mut s = three_hosts();
+    let mut normal = berth_scheduler::Qos {
+        name: "normal".into(),
+        ..Default::default()
+    };
+    normal.limits.max_jobs_per_user = Some(2);
+    let lab = berth_scheduler::Account {
+        name: "lab".into(),
+        users: vec!["alice".into()],
+        ..Default::default()
+    };
+    for change in [
+        crate::policy::PolicyChange::UpsertQos(normal),
+        crate::policy::PolicyChange::UpsertAccount(lab),
+    ] {
+        assert_eq!(
+            apply(&mut s, Command::SetPolicy { change, now_ms: 5 }),
+            Response::PolicySet
+        );
+    }
+    let first = super::test_support::accepted(submit(&mut s, "r1", gang_spec(1, 2)));
+    let two = Resources {
+        cpus: 2,
+        ..Resources::default()
+    };
+    apply(
+        &mut s,
+        plan(vec![placement(first, "h1", two, "", 0)], Vec::new()),
+    );
+    let single = super::test_support::accepted(submit(&mut s, "r2", gang_spec(1, 2)));
+    let gang = super::test_support::accepted(submit(&mut s, "r3", gang_spec(2, 2)));
+    let loan = GangPlacement {
+        job_id: gang,
+        hosts: vec!["h2".into(), "h3".into()],
+        resources: two,
+        partition: String::new(),
+        path: 0,
+        released: Vec::new(),
+    };
+    let response = apply(
+        &mut s,
+        Command::ApplyPlan {
+            snapshot_index: 0,
+            now_ms: 30,
+            starts: vec![placement(single, "h1", two, "", 0)],
+            gang_starts: vec![loan],
+            evictions: Vec::new(),
+            borrowed: vec![gang],
+        },
+    );
+    assert_eq!(
+        response,
+        Response::PlanApplied {
+            started: 2,
+            dropped: 0,
+            evicted: 0
+        }
+    );
+    assert!(s.job(gang).is_some_and(|r| r.job.borrowed));
+}

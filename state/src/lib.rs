@@ -1195,6 +1195,16 @@ impl SmState {
                 .map(|p| p.job_id)
                 .collect()
         };
+        // A loan is charged to no quota, so it is judged against what runs
+        // before any of the plan's starts: the pass placed it at its turn in
+        // the queue, and starts the plan lists before it (single hosts come
+        // before gangs here) may have come after it there.
+        let loans_allowed: BTreeSet<JobId> = starts
+            .iter()
+            .filter(|p| borrowed.contains(&p.job_id))
+            .filter(|p| self.limits_allow(&mut limits, p, true))
+            .map(|p| p.job_id)
+            .collect();
         for placement in starts {
             if not_yet.contains(&placement.job_id) {
                 dropped += 1;
@@ -1214,7 +1224,12 @@ impl SmState {
                 }
             }
             let on_loan = borrowed.contains(&placement.job_id);
-            if !self.limits_allow(&mut limits, placement, on_loan) {
+            let allowed = if on_loan {
+                loans_allowed.contains(&placement.job_id)
+            } else {
+                self.limits_allow(&mut limits, placement, false)
+            };
+            if !allowed {
                 dropped += 1;
                 continue;
             }
