@@ -1,6 +1,6 @@
 //! The simulator against the cluster's state machine: a seeded random
 //! workload (single and multi-host jobs, jobs with alternative resource
-//! sets, arrays, dependencies, exit codes,
+//! sets, begin times, arrays, dependencies, exit codes,
 //! time limits, cancels, holds and releases, a QOS limit set mid-run, an
 //! account's priority changed, QOS preemption that requeues or cancels,
 //! idle-fill lending past a QOS node cap and reclaiming, hosts lost and
@@ -180,6 +180,12 @@ fn workload(seed: u64) -> Workload {
             mem_mb: rng.range(0, 4) * 512,
             nodes,
             time_limit_s,
+            // Eligible up to a minute after its submit (`--begin`).
+            begin_ms: if rng.chance(10) {
+                (at_s + rng.range(1, 60)) * 1000
+            } else {
+                0
+            },
             ..JobSpec::default()
         };
         submits.push(Submit {
@@ -657,6 +663,14 @@ fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) 
     let mut first_id: Vec<JobId> = Vec::new();
     let mut name_of: BTreeMap<JobId, String> = BTreeMap::new();
     let mut times: BTreeSet<u64> = w.submits.iter().map(|s| s.at_s).collect();
+    // Begin times are instants too: a job held only by its begin time is
+    // looked at when that time comes (the leader's next pass).
+    times.extend(
+        w.submits
+            .iter()
+            .map(|s| s.spec.begin_ms.div_ceil(1000))
+            .filter(|&b| b > 0),
+    );
     times.extend(w.events.iter().map(|(t, _)| *t));
     let (mut next_submit, mut next_event) = (0, 0);
     for _ in 0..INSTANTS_MAX {
