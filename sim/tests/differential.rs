@@ -30,6 +30,7 @@ use berth_scheduler::preempt::exempt_s;
 use berth_scheduler::qos::{PreemptMode, NORMAL_QOS};
 use berth_scheduler::usage::Usage;
 use berth_scheduler::{Account, Qos, TresKind};
+use berth_sim::bench::SplitMix64;
 use berth_sim::engine::{simulate, SimAction, SimEvent, SimInput, SimJob};
 use berth_state::policy::PolicyChange;
 use berth_state::{pending_of, Command, Dirty, JobAction, Response, SmState};
@@ -39,26 +40,22 @@ const CI_SEEDS: std::ops::RangeInclusive<u64> = 1..=150;
 /// The most instants one run may take: a bound on the driver's loop.
 const INSTANTS_MAX: usize = 100_000;
 
-/// splitmix64: a small seeded generator, so the workload is the same on
+/// The simulator's own seeded generator, so the workload is the same on
 /// every machine.
-struct Rng(u64);
+struct Rng(SplitMix64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    fn new(seed: u64) -> Rng {
+        Rng(SplitMix64::new(seed))
     }
 
     /// Uniform in `lo..=hi`.
     fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
+        lo + self.0.below(hi - lo + 1)
     }
 
     fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.0.below(100) < percent
     }
 }
 
@@ -130,7 +127,7 @@ fn high_qos() -> Qos {
 }
 
 fn workload(seed: u64) -> Workload {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let hosts: Vec<(String, u32)> = (0..rng.range(3, 6))
         .map(|h| (format!("h{h}"), if rng.chance(50) { 4 } else { 8 }))
         .collect();
