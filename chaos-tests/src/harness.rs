@@ -934,6 +934,19 @@ impl LocalCluster {
             .map_err(|e| e.to_string())
     }
 
+    /// The registered hosts as the API lists them; none while no node
+    /// answers (a test polls this until what it waits for shows).
+    pub async fn hosts(&self) -> Vec<berth_proto::api::Host> {
+        let Ok(mut client) = self.client().await else {
+            return Vec::new();
+        };
+        client
+            .list_hosts(berth_proto::api::ListHostsRequest {})
+            .await
+            .map(|r| r.into_inner().hosts)
+            .unwrap_or_default()
+    }
+
     /// The job's history so far, as (kind, message), oldest first (a test
     /// helper; panics when no node answers).
     pub async fn job_events(&self, job_id: u64) -> Vec<(String, String)> {

@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use berth_chaos::harness::{ClusterOptions, LocalCluster};
-use berth_proto::api::{JobSpec, JobState, ListHostsRequest};
+use berth_proto::api::{JobSpec, JobState};
 
 const LEADER_DEADLINE: Duration = Duration::from_secs(30);
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -44,14 +44,7 @@ async fn a_constrained_job_runs_on_the_host_with_the_feature() {
     // Both hosts registered, the second with its features.
     let start = Instant::now();
     loop {
-        let hosts = match cluster.client().await {
-            Ok(mut c) => c
-                .list_hosts(ListHostsRequest::default())
-                .await
-                .map(|r| r.into_inner().hosts)
-                .unwrap_or_default(),
-            Err(_) => Vec::new(),
-        };
+        let hosts = cluster.hosts().await;
         let features = |name: &str| {
             hosts
                 .iter()

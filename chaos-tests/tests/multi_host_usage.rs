@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use berth_chaos::harness::{wait_until, ClusterOptions, LocalCluster};
-use berth_proto::api::{Account, Job, JobSpec, JobState, ListHostsRequest};
+use berth_proto::api::{Account, Job, JobSpec, JobState};
 use berth_scheduler::usage::UsageRecord;
 use berth_scheduler::TresKind;
 
@@ -94,14 +94,7 @@ async fn wait_completed(cluster: &LocalCluster, id: u64) -> Job {
 async fn wait_for_idle_hosts(cluster: &LocalCluster, count: usize, cpus: u32) {
     let start = std::time::Instant::now();
     loop {
-        let hosts = match cluster.client().await {
-            Ok(mut c) => c
-                .list_hosts(ListHostsRequest::default())
-                .await
-                .map(|r| r.into_inner().hosts)
-                .unwrap_or_default(),
-            Err(_) => Vec::new(),
-        };
+        let hosts = cluster.hosts().await;
         let idle = hosts
             .iter()
             .filter(|h| h.state == "idle" && h.inventory.as_ref().is_some_and(|i| i.cpus == cpus))
