@@ -191,11 +191,25 @@ async fn nodes_answer_json_and_move_to_messagepack_between_themselves() {
         })
         .collect();
     let follower_view = follower_view.join("\n");
-    assert!(
-        packed_forwards + json_forwards >= SEQUENTIAL_SUBMITS,
-        "{packed_forwards} + {json_forwards} forwards for {SEQUENTIAL_SUBMITS} submits \
-         (leader {leader}, follower {follower}):\n{follower_view}"
-    );
+    if packed_forwards + json_forwards < SEQUENTIAL_SUBMITS {
+        // Which node did count the forwards, if any: a recurrence of this
+        // rare failure then says whether the scrape reached another node.
+        let every_view: Vec<String> = (1..=3)
+            .map(|id| {
+                let text = cluster.scrape_metrics(id).unwrap_or_default();
+                let lines: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with(sent) || l.starts_with("berth_raft_is_leader"))
+                    .collect();
+                format!("node {id}:\n{}", lines.join("\n"))
+            })
+            .collect();
+        panic!(
+            "{packed_forwards} + {json_forwards} forwards for {SEQUENTIAL_SUBMITS} submits \
+             (leader {leader}, follower {follower}):\n{follower_view}\n{}",
+            every_view.join("\n")
+        );
+    }
     // The first forward goes as JSON (the leader has not answered yet), and
     // so would one after a failed call; the rest go packed.
     assert!(
