@@ -169,6 +169,23 @@ async fn nodes_answer_json_and_move_to_messagepack_between_themselves() {
 
     // Submits through the follower are forwarded to the leader and
     // replicated back; after the first replies, in MessagePack.
+    // The address answers as that follower, and it knows its leader: else
+    // nothing it is sent is forwarded.
+    let started = std::time::Instant::now();
+    loop {
+        let status = status_of(&follower_addr).await;
+        let ready = status
+            .as_ref()
+            .is_ok_and(|s| s.node_id == follower && s.role == "Follower" && s.leader_id == leader);
+        if ready {
+            break;
+        }
+        assert!(
+            started.elapsed() < LEADER_DEADLINE,
+            "{follower_addr} (node {follower}) does not answer as a follower of node {leader}: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let mut client = connect(&follower_addr).await.expect("connect");
     for n in 0..SEQUENTIAL_SUBMITS {
         client
