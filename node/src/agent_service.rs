@@ -302,14 +302,7 @@ fn assignment(
     default_grace_s: u64,
 ) -> Option<Assignment> {
     let alloc = r.job.alloc.as_ref()?;
-    // The stored spec names its resolved QOS (set at submit).
-    let stop_grace_s = s
-        .data
-        .policy
-        .qos
-        .get(&r.job.spec.qos)
-        .and_then(|q| q.grace_time_s)
-        .unwrap_or(default_grace_s);
+    let stop_grace_s = s.stop_grace_s(r, default_grace_s);
     let emulator_kind = if alloc.resources.emu > 0 {
         r.job
             .spec

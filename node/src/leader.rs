@@ -6,12 +6,12 @@
 //! declares every host dead; but a host takes new work only once this
 //! leader has heard from its agent.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use berth_scheduler::{schedule, HostState, JobId, Plan, Policy};
-use berth_state::{Command, Response};
+use berth_scheduler::{HostState, Plan, Policy};
+use berth_state::{leader_pass, Command, Response};
 use tokio::sync::watch;
 
 use crate::node::{now_ms, Node};
@@ -278,20 +278,11 @@ async fn fail_silent_hosts(node: &Node) {
     }
 }
 
-/// Jobs marked per pass at most for running past their time limit; the
-/// rest are found on the next pass.
-const TIME_LIMIT_STOPS_PER_PASS_MAX: usize = 1_000;
-
 /// Marks running jobs past their time limit, so their agents stop them
 /// with the stop grace and they end TIMEOUT. Resolution: one pass interval.
 async fn enforce_time_limits(node: &Node) {
-    let expired = node.read(|s| s.time_limits_expired(now_ms(), TIME_LIMIT_STOPS_PER_PASS_MAX));
-    if expired.is_empty() {
+    let Some(command) = node.read(|s| leader_pass::time_limit_command(s, now_ms())) else {
         return;
-    }
-    let command = Command::TimeLimitReached {
-        allocations: expired,
-        now_ms: 0,
     };
     match node.propose_local(command).await {
         Ok(Response::TimeLimitsEnforced { stopping }) if stopping > 0 => {
@@ -299,55 +290,6 @@ async fn enforce_time_limits(node: &Node) {
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "time-limit stops not committed"),
-    }
-}
-
-/// A pending job's multi-path reservation as the leader remembers it
-/// between passes (soft state: a new leader starts afresh).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MultipathHeld {
-    /// When it first held one (ms since the epoch).
-    pub since_ms: u64,
-    /// The alternatives it held after the last pass; empty once it fell
-    /// back to a single-path reservation.
-    pub paths: Vec<usize>,
-}
-
-/// Hands each pending job the time it first held a multi-path reservation
-/// and the alternatives it held after the last pass, and forgets jobs no
-/// longer pending, so the map stays bounded by the queue.
-fn carry_multipath_since(
-    since: &mut BTreeMap<JobId, MultipathHeld>,
-    pending: &mut [Arc<berth_scheduler::PendingJob>],
-) {
-    let mut kept = BTreeMap::new();
-    for job in pending.iter_mut() {
-        if let Some(held) = since.remove(&job.id) {
-            // Copies the view of only the few jobs that hold reservations.
-            let job = Arc::make_mut(job);
-            job.multipath_since_ms = Some(held.since_ms);
-            job.multipath_held = held.paths.clone();
-            kept.insert(job.id, held);
-        }
-    }
-    *since = kept;
-}
-
-/// Records when each job the plan gave a multi-path reservation first got
-/// one (not reset while the job waits, so `max_reserve_time_s` counts
-/// from the first) and what every remembered job holds now.
-fn note_multipath_since(since: &mut BTreeMap<JobId, MultipathHeld>, plan: &Plan, pass_ms: u64) {
-    for held in since.values_mut() {
-        held.paths.clear();
-    }
-    for made in &plan.multipath {
-        if !made.paths.is_empty() {
-            let held = since.entry(made.job_id).or_insert(MultipathHeld {
-                since_ms: pass_ms,
-                paths: Vec::new(),
-            });
-            held.paths = made.paths.iter().map(|p| p.path).collect();
-        }
     }
 }
 
@@ -394,24 +336,18 @@ fn plan_pass(
     });
     // The pending jobs are copied here, with the state's lock let go.
     let pass_ms = now_ms();
-    let mut snapshot = input.into_snapshot_at(pass_ms);
+    let snapshot = input.into_snapshot_at(pass_ms);
     if first_of_term {
         metrics::gauge!(crate::metrics::LEADER_FIRST_PASS_TIMESTAMP_SECONDS)
             .set(pass_ms as f64 / 1000.0);
     }
-    // The snapshot holds every pending job's view; let go of it before the
-    // plan is proposed rather than after the commit.
-    let plan = {
-        let mut since = node
-            .multipath_since
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        carry_multipath_since(&mut since, &mut snapshot.pending);
-        let plan = schedule(&snapshot, policy, pass_ms);
-        note_multipath_since(&mut since, &plan, pass_ms);
-        plan
-    };
-    drop(snapshot);
+    // The snapshot, which holds every pending job's view, is let go of
+    // before the plan is proposed rather than after the commit.
+    let plan = node
+        .pass_memory
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .schedule(snapshot, policy, pass_ms);
     (plan, snapshot_index, pass_ms)
 }
 
@@ -460,19 +396,11 @@ fn record_pass(node: &Node, plan: &mut Plan, started: Instant, pass_ms: u64) {
 /// Proposes a plan's starts and evictions, if it has any, as one
 /// `ApplyPlan` stamped with `snapshot_index`.
 async fn propose_plan(node: &Node, plan: Plan, snapshot_index: u64, started: Instant) {
-    if plan.starts.is_empty() && plan.gang_starts.is_empty() && plan.evictions.is_empty() {
+    let Some(command) = leader_pass::apply_plan_command(&plan, snapshot_index, now_ms()) else {
         return;
-    }
+    };
     let planned = plan.starts.len() + plan.gang_starts.len();
     let evictions = plan.evictions.len();
-    let command = Command::ApplyPlan {
-        snapshot_index,
-        now_ms: now_ms(),
-        starts: plan.starts,
-        gang_starts: plan.gang_starts,
-        evictions: plan.evictions,
-        borrowed: plan.borrowed,
-    };
     match node.propose_local(command).await {
         Ok(Response::PlanApplied {
             started: n,
@@ -565,50 +493,5 @@ mod tests {
         assert!(live.silent("h1", at(31)));
         live.step_down();
         assert!(!live.silent("h1", at(40)));
-    }
-
-    #[test]
-    fn multipath_since_is_kept_from_the_first_pass_and_pruned() {
-        use berth_scheduler::multipath::{MultiPathReservation, PathReservation};
-        use berth_scheduler::PendingJob;
-        let held = |job_id| MultiPathReservation {
-            job_id,
-            paths: vec![PathReservation {
-                path: 0,
-                start_ms: 0,
-                hosts: vec![0],
-            }],
-        };
-        let mut since = BTreeMap::new();
-        let plan = Plan {
-            multipath: vec![held(1)],
-            ..Plan::default()
-        };
-        note_multipath_since(&mut since, &plan, 1_000);
-        // A later pass keeps the first time.
-        note_multipath_since(&mut since, &plan, 5_000);
-        let mut pending = PendingJob::queue([
-            PendingJob {
-                id: 1,
-                ..PendingJob::default()
-            },
-            PendingJob {
-                id: 2,
-                ..PendingJob::default()
-            },
-        ]);
-        carry_multipath_since(&mut since, &mut pending);
-        assert_eq!(pending[0].multipath_since_ms, Some(1_000));
-        assert_eq!(pending[0].multipath_held, [0]);
-        assert_eq!(pending[1].multipath_since_ms, None);
-        // A pass without its multi-path reservation (it fell back to one
-        // path): the time stays, the held alternatives go.
-        note_multipath_since(&mut since, &Plan::default(), 9_000);
-        carry_multipath_since(&mut since, &mut pending);
-        assert_eq!(pending[0].multipath_since_ms, Some(1_000));
-        assert!(pending[0].multipath_held.is_empty());
-        // Job 1 started (no longer pending): forgotten.
-        carry_multipath_since(&mut since, &mut pending[1..]);
-        assert!(since.is_empty());
     }
 }

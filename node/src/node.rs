@@ -106,12 +106,9 @@ pub struct Node {
     /// The last pass's priority breakdown per pending job (sprio); one
     /// entry per job of the pass's snapshot, replaced each pass.
     pub last_priorities: Mutex<BTreeMap<JobId, PriorityBreakdown>>,
-    /// Since when each pending job has held a multi-path reservation
-    /// (ms since the epoch), for `max_reserve_time_s`, and which
-    /// alternatives it held after the last pass (its start names the
-    /// others as released); carried from pass to pass and pruned to the
-    /// pending jobs each pass.
-    pub multipath_since: Mutex<BTreeMap<JobId, crate::leader::MultipathHeld>>,
+    /// What passes carry from one to the next (multi-path reservations
+    /// held, and since when, for `max_reserve_time_s`).
+    pub pass_memory: Mutex<berth_state::leader_pass::PassMemory>,
     /// When the last pass this node ran was and how long it took (the
     /// web UI's Cluster page).
     pub last_pass: Mutex<Option<crate::ui::track::LastPass>>,
@@ -162,7 +159,7 @@ impl Node {
             last_details: Mutex::new(BTreeMap::new()),
             last_starts: Mutex::new(BTreeMap::new()),
             last_priorities: Mutex::new(BTreeMap::new()),
-            multipath_since: Mutex::new(BTreeMap::new()),
+            pass_memory: Mutex::new(Default::default()),
             last_pass: Mutex::new(None),
             auth,
             credentials,

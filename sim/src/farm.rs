@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use berth_scheduler::assoc::Account;
-use berth_scheduler::model::{EmulatorInventory, Host, Inventory, Resources};
+use berth_scheduler::model::{EmulatorInventory, Host, Inventory, JobSpec, Resources};
 use berth_scheduler::partition::Partition;
-use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
+use berth_scheduler::pass::{Policy, Shape, Snapshot};
 
 use crate::bench::SplitMix64;
+use crate::engine::submit_spec::{resource_set, set_shape};
 use crate::engine::{simulate, SimInput, SimJob};
 use crate::SimError;
 
@@ -136,56 +137,48 @@ pub fn farm_input(config: &FarmConfig, multi_path: bool) -> Result<SimInput, Sim
         let limit_s = 4 * 3_600 + rng.below(4 * 3_600);
         // Emulation runs mostly end well before their limit.
         let runtime_s = limit_s / 4 + rng.below(limit_s * 3 / 4);
+        let mut spec = JobSpec {
+            alternatives: groups
+                .into_iter()
+                .map(|g| resource_set(&group_shape(g), ""))
+                .collect(),
+            // Each alternative takes its group whole.
+            exclusive: true,
+            time_limit_s: limit_s,
+            user: "emu".into(),
+            nice: LONG_NICE,
+            ..JobSpec::default()
+        };
+        spec.name = format!("L{k}");
         jobs.push(SimJob {
-            name: format!("L{k}"),
-            job_name: format!("L{k}"),
-            submit_s: rng.below(span_s),
-            spec: PendingJob {
-                alternatives: groups.into_iter().map(group_shape).collect(),
-                time_limit_s: limit_s,
-                user: "emu".into(),
-                nice: LONG_NICE,
-                ..PendingJob::default()
-            },
             runtime_s: Some(runtime_s),
-            exit_code: 0,
-            hold: false,
-            rejected: None,
-            dependency: None,
-            array_of: None,
-            stop_takes_s: 0,
+            ..SimJob::new(format!("L{k}"), rng.below(span_s), spec)
         });
     }
     for k in 0..config.filler_jobs {
         let limit_s = 1_800 + rng.below(5_400);
         let runtime_s = limit_s / 2 + rng.below(limit_s / 2);
-        jobs.push(SimJob {
+        let mut spec = JobSpec {
+            time_limit_s: limit_s,
+            user: "fill".into(),
+            nice: FILLER_NICE,
             name: format!("F{k}"),
-            job_name: format!("F{k}"),
-            submit_s: rng.below(span_s),
-            spec: PendingJob {
-                shape: Shape {
-                    nodes: 1,
-                    per_host: Resources {
-                        cpus: 1,
-                        emu: 1,
-                        ..Resources::default()
-                    },
-                    emu_kind: "zebu".into(),
-                    ..Shape::default()
-                },
-                time_limit_s: limit_s,
-                user: "fill".into(),
-                nice: FILLER_NICE,
-                ..PendingJob::default()
+            ..JobSpec::default()
+        };
+        let filler = Shape {
+            nodes: 1,
+            per_host: Resources {
+                cpus: 1,
+                emu: 1,
+                ..Resources::default()
             },
+            emu_kind: "zebu".into(),
+            ..Shape::default()
+        };
+        set_shape(&mut spec, &filler);
+        jobs.push(SimJob {
             runtime_s: Some(runtime_s),
-            exit_code: 0,
-            hold: false,
-            rejected: None,
-            dependency: None,
-            array_of: None,
-            stop_takes_s: 0,
+            ..SimJob::new(format!("F{k}"), rng.below(span_s), spec)
         });
     }
     // Submit order is file order within an instant: sort by time.

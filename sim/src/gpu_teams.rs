@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 
 use berth_scheduler::assoc::Account;
 use berth_scheduler::idlefill::IdleFill;
-use berth_scheduler::model::{Host, Inventory, Resources};
-use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
+use berth_scheduler::model::{Host, Inventory, JobSpec, Resources};
+use berth_scheduler::pass::{Policy, Shape, Snapshot};
 use berth_scheduler::qos::Qos;
 
 use crate::bench::SplitMix64;
+use crate::engine::submit_spec::set_shape;
 use crate::engine::{SimInput, SimJob};
 
 /// The cluster and workload.
@@ -95,32 +96,25 @@ pub fn gpu_teams_input(cfg: &GpuTeams, idle_fill: IdleFill) -> SimInput {
             // 1 h to 8 h in half hours; runs 30-100 % of its limit.
             let limit_s = 1800 * (2 + rng.below(15));
             let runtime_s = limit_s * (30 + rng.below(71)) / 100;
-            let spec = PendingJob {
-                shape: Shape {
-                    nodes,
-                    per_host: Resources {
-                        gpus: 8,
-                        ..Resources::cpu_mem(64, 0)
-                    },
-                    exclusive: true,
-                    ..Shape::default()
-                },
+            let mut spec = JobSpec {
                 time_limit_s: limit_s,
                 user: format!("user{t}"),
-                ..PendingJob::default()
-            };
-            jobs.push(SimJob {
                 name: format!("t{t}-{n}"),
-                job_name: format!("t{t}-{n}"),
-                submit_s: rng.below(cfg.span_s),
-                spec,
+                ..JobSpec::default()
+            };
+            let shape = Shape {
+                nodes,
+                per_host: Resources {
+                    gpus: 8,
+                    ..Resources::cpu_mem(64, 0)
+                },
+                exclusive: true,
+                ..Shape::default()
+            };
+            set_shape(&mut spec, &shape);
+            jobs.push(SimJob {
                 runtime_s: Some(runtime_s),
-                exit_code: 0,
-                hold: false,
-                rejected: None,
-                dependency: None,
-                array_of: None,
-                stop_takes_s: 0,
+                ..SimJob::new(format!("t{t}-{n}"), rng.below(cfg.span_s), spec)
             });
         }
     }

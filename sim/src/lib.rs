@@ -1,5 +1,6 @@
-//! The simulator behind `berth sim` (the contract is SIM.md): the real
-//! [`schedule`](berth_scheduler::schedule) on a virtual clock. Pure like
+//! The simulator behind `berth sim` (the contract is SIM.md): the
+//! cluster's own state machine (`berth_state`) and leader pass on a
+//! virtual clock. Pure like
 //! the scheduler: it takes the text of a scenario or trace and returns
 //! JSON lines; the CLI reads files, decompresses and times.
 //!

@@ -14,7 +14,7 @@ use berth_scheduler::assoc::{Account, UserRecord, ROOT_ACCOUNT};
 use berth_scheduler::catalog::Catalog;
 use berth_scheduler::deps::{DepKind, Dependency, DependencySpec};
 use berth_scheduler::idlefill::EXEMPT_WINDOW_MAX_S;
-use berth_scheduler::model::{EmulatorInventory, Host, Inventory, Resources};
+use berth_scheduler::model::{EmulatorInventory, Host, Inventory, JobSpec, Resources};
 use berth_scheduler::partition::Partition;
 use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
 use berth_scheduler::qos::{Limits, PreemptMode, Qos, QosFlags, NORMAL_QOS};
@@ -24,6 +24,7 @@ use self::file::{
     AccountFile, EmulatorFile, EventFile, HostFile, JobFile, PartitionFile, QosFile,
     ReservationFile, ScenarioFile, SchedulerFile, ShapeKeys, UserFile,
 };
+use crate::engine::submit_spec::{resource_set, set_shape};
 use crate::engine::{SimAction, SimEvent, SimJob};
 use crate::hostlist;
 use crate::SimError;
@@ -573,62 +574,6 @@ fn possible(shape: &Shape, hosts: &[Host], partition: Option<&str>) -> bool {
         >= shape.hosts_needed()
 }
 
-/// `"0-9%2"`, `"1,3,5"`, `"0-15:4"`: the task ids and the `%max`.
-fn parse_array(text: &str) -> Result<(Vec<u32>, u32), String> {
-    /// Bound on tasks per array in a scenario.
-    const ARRAY_TASKS_MAX: usize = 10_000;
-    let (spec, max) = match text.split_once('%') {
-        Some((s, m)) => (
-            s,
-            m.trim()
-                .parse::<u32>()
-                .map_err(|_| format!("a number after %, not {m:?}"))?,
-        ),
-        None => (text, 0),
-    };
-    let mut ids = Vec::new();
-    for part in spec.split(',') {
-        let part = part.trim();
-        let (range, step) = match part.split_once(':') {
-            Some((r, s)) => (
-                r,
-                s.parse::<u32>()
-                    .ok()
-                    .filter(|&s| s > 0)
-                    .ok_or_else(|| format!("a step >= 1 after ':', not {s:?}"))?,
-            ),
-            None => (part, 1),
-        };
-        let (lo, hi) = match range.split_once('-') {
-            Some((a, b)) => (a, b),
-            None => (range, range),
-        };
-        let lo: u32 = lo
-            .parse()
-            .map_err(|_| format!("task ids such as 0-9%2, not {text:?}"))?;
-        let hi: u32 = hi
-            .parse()
-            .map_err(|_| format!("task ids such as 0-9%2, not {text:?}"))?;
-        if hi < lo {
-            return Err(format!("a range low-high with low <= high, not {range:?}"));
-        }
-        let mut k = lo;
-        while k <= hi {
-            ids.push(k);
-            if ids.len() > ARRAY_TASKS_MAX {
-                return Err(format!("at most {ARRAY_TASKS_MAX} tasks"));
-            }
-            k = match k.checked_add(step) {
-                Some(n) => n,
-                None => break,
-            };
-        }
-    }
-    ids.sort_unstable();
-    ids.dedup();
-    Ok((ids, max))
-}
-
 type JobIndex = BTreeMap<String, Vec<usize>>;
 
 /// `[[reservations]]`: admin windows. Names are unique, hosts exist, users
@@ -896,45 +841,76 @@ fn push_tasks(
     ctx: &Ctx,
     j: &JobFile,
     path: &str,
-    spec: PendingJob,
+    pending: PendingJob,
     jobs: &mut Vec<SimJob>,
 ) -> Result<Vec<usize>, SimError> {
     let exit_code = i32::try_from(j.exit_code)
         .map_err(|_| ctx.invalid(&format!("{path}.exit_code"), "an exit code"))?;
-    let (task_ids, array_max) = match &j.array {
-        None => (None, 0),
+    let task_ids = match &j.array {
+        None => None,
         Some(a) => {
-            let (ids, max) =
-                parse_array(a).map_err(|e| ctx.invalid(&format!("{path}.array"), e))?;
-            (Some(ids), max)
+            let spec = berth_scheduler::array::parse(a)
+                .map_err(|e| ctx.invalid(&format!("{path}.array"), e.to_string()))?;
+            Some(spec.indexes)
         }
     };
-    let first = jobs.len();
-    let names: Vec<String> = match &task_ids {
-        None => vec![j.id.clone()],
-        Some(ids) => ids.iter().map(|k| format!("{}_{k}", j.id)).collect(),
-    };
+    let mut spec = submit_of(ctx, path, &pending)?;
     // Slurm's job name: `name`, else the id; every task of an array has
     // the array's.
-    let job_name = j.name.clone().unwrap_or_else(|| j.id.clone());
+    spec.name = j.name.clone().unwrap_or_else(|| j.id.clone());
+    spec.hold = j.hold;
+    spec.array = j.array.clone().unwrap_or_default();
+    let first = jobs.len();
+    let tasks: Vec<(String, Option<(usize, u32)>)> = match &task_ids {
+        None => vec![(j.id.clone(), None)],
+        Some(ids) => ids
+            .iter()
+            .map(|&k| (format!("{}_{k}", j.id), Some((first, k))))
+            .collect(),
+    };
     let mut indices = Vec::new();
-    for name in names {
+    for (name, array_task) in tasks {
         indices.push(jobs.len());
         jobs.push(SimJob {
-            name,
-            job_name: job_name.clone(),
-            submit_s: j.at_s,
-            spec: spec.clone(),
             runtime_s: j.runtime_s,
             exit_code,
-            hold: j.hold,
-            rejected: None,
-            dependency: None,
-            array_of: task_ids.as_ref().map(|_| (first, array_max)),
+            array_task,
             stop_takes_s: j.stop_takes_s,
+            ..SimJob::new(name, j.at_s, spec.clone())
         });
     }
     Ok(indices)
+}
+
+/// The submit `sbatch` would send for `pending`, the job as the scenario
+/// describes it.
+fn submit_of(ctx: &Ctx, path: &str, pending: &PendingJob) -> Result<JobSpec, SimError> {
+    let mut spec = JobSpec {
+        user: pending.user.clone(),
+        account: pending.account.clone(),
+        qos: pending.qos.clone(),
+        partitions: pending.partitions.clone(),
+        reservation: pending.reservation.clone(),
+        time_limit_s: pending.time_limit_s,
+        nice: pending.nice,
+        begin_ms: pending.begin_ms,
+        preemptible: pending.preemptible,
+        ..JobSpec::default()
+    };
+    set_shape(&mut spec, &pending.shape);
+    for (k, alt) in pending.alternatives.iter().enumerate() {
+        // A submit has one `--exclusive` and one `--constraint` for all
+        // its alternatives.
+        if alt.exclusive != pending.shape.exclusive || alt.features != pending.shape.features {
+            return Err(ctx.invalid(
+                &format!("{path}.alternatives[{k}]"),
+                "the job's own exclusive and features (a submit has one of each for all its alternatives)",
+            ));
+        }
+        let partition = pending.path_partitions.get(k).map_or("", String::as_str);
+        spec.alternatives.push(resource_set(alt, partition));
+    }
+    Ok(spec)
 }
 
 /// A dependency written with scenario ids (`afterok:a0:a1,afterany:b`,

@@ -9,11 +9,15 @@
 
 use serde::Serialize;
 
-use berth_scheduler::model::{Host, Inventory, Resources};
-use berth_scheduler::pass::{PendingJob, Policy, Shape, Snapshot};
+use berth_scheduler::model::{Host, Inventory, JobSpec};
+use berth_scheduler::pass::{Policy, Snapshot};
 
 use crate::engine::{simulate_with, Progress, SimInput, SimJob, SimStats, TimelinePoint};
 use crate::SimError;
+
+/// Who submits a trace's jobs: the replay has no policy, so no account
+/// or fair share tells users apart.
+const SWF_USER: &str = "swf";
 
 /// Fields of a job line, as the Parallel Workloads Archive defines them.
 pub const SWF_FIELDS: usize = 18;
@@ -176,25 +180,17 @@ pub fn run_swf_with(
             recorded_bsld += ((wait_s + run as f64) / run.max(10) as f64).max(1.0);
             recorded_n += 1;
         }
+        let mut spec = JobSpec {
+            cpus,
+            nodes: nodes as u32,
+            time_limit_s: limit,
+            user: SWF_USER.into(),
+            ..JobSpec::default()
+        };
+        spec.name = line_no.to_string();
         jobs.push(SimJob {
-            name: line_no.to_string(),
-            job_name: line_no.to_string(),
-            submit_s: submit,
-            spec: PendingJob {
-                shape: Shape {
-                    nodes: nodes as u32,
-                    ..Shape::one(Resources::cpu_mem(cpus, 0))
-                },
-                time_limit_s: limit,
-                ..PendingJob::default()
-            },
             runtime_s: Some(run.min(limit)),
-            exit_code: 0,
-            hold: false,
-            rejected: None,
-            dependency: None,
-            array_of: None,
-            stop_takes_s: 0,
+            ..SimJob::new(line_no.to_string(), submit, spec)
         });
     }
     let hosts = (1..=hosts_n)

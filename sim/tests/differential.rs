@@ -1,15 +1,18 @@
-//! The simulator against the cluster's state machine: a seeded random
-//! workload (single and multi-host jobs, jobs with alternative resource
-//! sets, begin times, arrays, dependencies, exit codes,
+//! The simulator's engine against a second, independent driver of the
+//! cluster's state machine: a seeded random workload (single and
+//! multi-host jobs, exclusive jobs, jobs with alternative resource sets,
+//! begin times, arrays, dependencies, exit codes,
 //! time limits, cancels, holds and releases, a QOS limit set mid-run, an
 //! account's priority changed, QOS preemption that requeues or cancels,
 //! idle-fill lending past a QOS node cap and reclaiming, hosts lost and
 //! back) is run by
-//! `berth sim`'s engine and, command by command, through
-//! `berth_state::SmState::apply` with the same scheduler pass between
-//! instants, as the leader and the agents would propose them. Both must
-//! give every job the same id, start, hosts, end and final state, and
-//! charge accounts the same usage.
+//! `berth sim`'s engine and by the driver below, which proposes to
+//! `berth_state::SmState::apply`, command by command, what the leader and
+//! the agents would. Both run the same state machine and leader pass, so
+//! this holds the engine's own part: the order of an instant, exits, stops
+//! and lost hosts, and the lines it writes. Both must give every job the
+//! same id, start, hosts, end and final state, and charge accounts the
+//! same usage.
 //!
 //! CI runs 150 seeds; for a longer run:
 //! `BERTH_DIFF_SEEDS=1-2000 cargo test -p berth-sim --test differential`.
@@ -25,15 +28,16 @@ use berth_scheduler::deps;
 use berth_scheduler::model::{
     Host, HostState, Inventory, JobId, JobSpec, JobState, ResourceSet, Resources,
 };
-use berth_scheduler::pass::{schedule, Policy, Snapshot};
+use berth_scheduler::pass::{Policy, Snapshot};
 use berth_scheduler::preempt::exempt_s;
 use berth_scheduler::qos::{PreemptMode, NORMAL_QOS};
 use berth_scheduler::usage::Usage;
 use berth_scheduler::{Account, Qos, TresKind};
 use berth_sim::bench::SplitMix64;
 use berth_sim::engine::{simulate, SimAction, SimEvent, SimInput, SimJob};
+use berth_state::leader_pass::{apply_plan_command, PassMemory};
 use berth_state::policy::PolicyChange;
-use berth_state::{pending_of, Command, Dirty, JobAction, Response, SmState};
+use berth_state::{Command, Dirty, JobAction, Response, SmState};
 
 /// Seeds CI runs.
 const CI_SEEDS: std::ops::RangeInclusive<u64> = 1..=150;
@@ -177,6 +181,8 @@ fn workload(seed: u64) -> Workload {
             mem_mb: rng.range(0, 4) * 512,
             nodes,
             time_limit_s,
+            // Whole hosts (`--exclusive`).
+            exclusive: rng.chance(10),
             // Eligible up to a minute after its submit (`--begin`).
             begin_ms: if rng.chance(10) {
                 (at_s + rng.range(1, 60)) * 1000
@@ -318,19 +324,17 @@ fn by_simulator(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
         let dependency = s.after.map(|(target, kind)| {
             deps::parse(&format!("{kind}:{}", names[target].0)).expect("dependency parses")
         });
-        for name in tasks {
+        let mut spec = s.spec.clone();
+        if s.tasks > 1 {
+            spec.array = format!("0-{}", s.tasks - 1);
+        }
+        for (k, name) in tasks.iter().enumerate() {
             jobs.push(SimJob {
-                name: name.clone(),
-                job_name: s.spec.name.clone(),
-                submit_s: s.at_s,
-                spec: pending_of(&s.spec),
                 runtime_s: Some(s.runtime_s),
                 exit_code: s.exit_code,
-                hold: false,
-                rejected: None,
                 dependency: dependency.clone(),
-                array_of: (s.tasks > 1).then_some((*first, 0)),
-                stop_takes_s: 0,
+                array_task: (s.tasks > 1).then_some((*first, k as u32)),
+                ..SimJob::new(name.clone(), s.at_s, spec.clone())
             });
         }
     }
@@ -468,6 +472,7 @@ const ROUNDS_PER_INSTANT_MAX: usize = 4;
 /// their end, submits, events, then the pass.
 struct Cluster {
     state: SmState,
+    memory: PassMemory,
     policy: Policy,
     down: BTreeSet<String>,
     /// (time, job id, alloc id, how).
@@ -559,15 +564,10 @@ impl Cluster {
             })
             .into_snapshot_at(now_ms);
         let running_before: BTreeSet<JobId> = self.state.running_ids().collect();
-        let plan = schedule(&snapshot, &self.policy, now_ms);
-        self.apply(Command::ApplyPlan {
-            snapshot_index: self.state.applied_index(),
-            now_ms,
-            starts: plan.starts,
-            gang_starts: plan.gang_starts,
-            evictions: plan.evictions,
-            borrowed: plan.borrowed,
-        });
+        let plan = self.memory.schedule(snapshot, &self.policy, now_ms);
+        if let Some(command) = apply_plan_command(&plan, self.state.applied_index(), now_ms) {
+            self.apply(command);
+        }
         let started: Vec<JobId> = self
             .state
             .running_ids()
@@ -626,6 +626,7 @@ impl Cluster {
 fn by_state_machine(w: &Workload) -> (Vec<Outcome>, BTreeMap<String, [f64; 2]>) {
     let mut c = Cluster {
         state: SmState::default(),
+        memory: PassMemory::default(),
         policy: policy_of(w),
         down: BTreeSet::new(),
         ends: BTreeSet::new(),

@@ -347,7 +347,7 @@ fn impossible_requests_and_unknown_names_are_errors() {
         error_of(&format!(
             "{BASE}[[jobs]]\nid = \"a\"\nat_s = 0\nuser = \"u1\"\narray = \"5-1\"\n"
         )),
-        "s.toml: jobs[0] (id \"a\").array: expected a range low-high with low <= high, not \"5-1\""
+        "s.toml: jobs[0] (id \"a\").array: expected --array \"5-1\": range 5-1 goes down (expected e.g. 0-15%4, 1,3,5 or 0-15:4)"
     );
     assert_eq!(
         error_of(&format!("{BASE}[[events]]\nat_s = 1\naction = \"reboot\"\n")),

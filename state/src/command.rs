@@ -113,8 +113,9 @@ impl JobUpdate {
 /// version-11 node would drop it, and srun could not reach the host); 13 =
 /// `SubmitJob`'s spec carries `interactive` (a version-12 node would run
 /// an interactive allocation's description as a batch script); 14 = adds
-/// `StepReported` (a version-13 node cannot read it).
-pub const COMMAND_VERSION: u32 = 14;
+/// `StepReported` (a version-13 node cannot read it); 15 = adds
+/// `PolicyChange::SetDecayHalfLife` (a version-14 node cannot read it).
+pub const COMMAND_VERSION: u32 = 15;
 
 /// One Raft log payload.
 ///

@@ -580,3 +580,69 @@ fn a_gang_loan_is_not_judged_against_starts_listed_before_it() {
     );
     assert!(s.job(gang).is_some_and(|r| r.job.borrowed));
 }
+
+/// A pass's snapshot sees usage as of the pass, not as of the last
+/// command that accrued it: exactly what `apply` would accrue then, for
+/// every host the job holds, and the state itself unchanged.
+#[test]
+fn a_pass_sees_usage_as_apply_would_accrue_it_at_the_pass() {
+    use berth_scheduler::TresKind::{Cpu, Node};
+    let s = lab_job_started(&["h1", "h2"]);
+    let before = s.data.usage.clone();
+    let snapshot = s
+        .pass_input(|_| berth_scheduler::HostState::Up)
+        .into_snapshot_at(100_020);
+    assert_eq!(s.data.usage, before, "a snapshot changes nothing");
+    let accrued = charged_after_100_s(&["h1", "h2"]);
+    assert_eq!(snapshot.usage, accrued.data.usage.usage);
+    assert_eq!(snapshot.usage.accounts["lab"].tres_s[Cpu.index()], 1_200.0);
+    assert_eq!(snapshot.usage.accounts["lab"].tres_s[Node.index()], 200.0);
+}
+
+/// `PriorityDecayHalfLife` is policy: refused past its bound with the
+/// bound named, and usage accrued so far decays with the old one.
+#[test]
+fn the_decay_half_life_is_set_by_policy() {
+    use crate::policy::{PolicyChange, DECAY_HALF_LIFE_S_DEFAULT, DECAY_HALF_LIFE_S_MAX};
+    use berth_scheduler::TresKind::Cpu;
+    let mut s = lab_job_started(&["h1"]);
+    assert_eq!(s.data.policy.decay_half_life_s(), DECAY_HALF_LIFE_S_DEFAULT);
+    let too_long = apply(
+        &mut s,
+        Command::SetPolicy {
+            change: PolicyChange::SetDecayHalfLife(DECAY_HALF_LIFE_S_MAX + 1),
+            now_ms: 100_020,
+        },
+    );
+    assert!(
+        matches!(&too_long, Response::Rejected { reason } if reason.contains("above the most accepted")),
+        "{too_long:?}"
+    );
+    assert_eq!(s.data.policy.decay_half_life_s(), DECAY_HALF_LIFE_S_DEFAULT);
+    let set = apply(
+        &mut s,
+        Command::SetPolicy {
+            change: PolicyChange::SetDecayHalfLife(100),
+            now_ms: 100_020,
+        },
+    );
+    assert_eq!(set, Response::PolicySet);
+    assert_eq!(s.data.policy.decay_half_life_s(), 100);
+    // The 100 s before the change were accrued when it was made.
+    assert_eq!(charged(&s, Cpu), 600.0);
+    // The next 100 s: the 600 halve, and 6 CPUs x 100 s are added.
+    let later = Command::ApplyPlan {
+        snapshot_index: 0,
+        now_ms: 200_020,
+        starts: Vec::new(),
+        gang_starts: Vec::new(),
+        evictions: Vec::new(),
+        borrowed: Vec::new(),
+    };
+    apply(&mut s, later);
+    assert!(
+        (charged(&s, Cpu) - 900.0).abs() < 1e-6,
+        "{}",
+        charged(&s, Cpu)
+    );
+}

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use crate::policy::{PolicyTables, UsageState};
 
 pub mod command;
+pub mod leader_pass;
 pub mod policy;
 
 pub use command::{Command, JobAction, JobUpdate, Request, Response, COMMAND_VERSION};
@@ -285,16 +286,33 @@ pub struct PassInput {
     snapshot: Snapshot,
     extras: PendingExtras,
     views: Vec<Arc<pending_views::PendingView>>,
+    /// When the snapshot's usage was last accrued, and the half-life:
+    /// [`PassInput::into_snapshot_at`] brings it up to the pass's time.
+    usage_at_ms: u64,
+    half_life_s: u64,
 }
 
 impl PassInput {
     /// The snapshot, pending jobs in queue order, for a pass at `now_ms`:
     /// a first claim on freed room older than [`ROOM_FREED_HOLD_MS`] then
     /// is over, though no plan has yet been applied to drop it.
+    /// Its usage is what it will be at `now_ms`, as `apply` would accrue
+    /// it then: fair share and the usage limits judge the pass's present,
+    /// not the last command that happened to accrue.
     pub fn into_snapshot_at(mut self, now_ms: u64) -> Snapshot {
         self.extras
             .claims_ms
             .retain(|_, freed_ms| now_ms < freed_ms.saturating_add(ROOM_FREED_HOLD_MS));
+        if !self.snapshot.accounts.is_empty() && now_ms > self.usage_at_ms {
+            let span = policy_apply::Accrual {
+                at_ms: self.usage_at_ms,
+                now_ms,
+                half_life_s: self.half_life_s,
+            };
+            let runs = self.snapshot.running.iter().map(policy_apply::view_charge);
+            let usage = policy_apply::accrued(&self.snapshot, span, runs);
+            self.snapshot.usage = usage;
+        }
         self.into_snapshot()
     }
 
@@ -407,6 +425,11 @@ impl SmState {
 
     pub fn pending_ids(&self) -> impl Iterator<Item = JobId> + '_ {
         self.pending.iter().copied()
+    }
+
+    /// How many jobs are pending, held ones included.
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
     }
 
     pub fn running_ids(&self) -> impl Iterator<Item = JobId> + '_ {
@@ -525,6 +548,8 @@ impl SmState {
             snapshot,
             extras,
             views: shared,
+            usage_at_ms: self.data.usage.at_ms,
+            half_life_s: self.data.policy.decay_half_life_s(),
         }
     }
 
@@ -1105,6 +1130,19 @@ impl SmState {
             .filter_map(|r| r.job.alloc.as_ref())
             .flat_map(|a| a.hosts().map(str::to_string))
             .collect()
+    }
+
+    /// The SIGTERM-to-SIGKILL grace the agents get for stopping job `r`:
+    /// its QOS's GraceTime, else `default_grace_s` (`[agents]
+    /// stop_grace_s`).
+    pub fn stop_grace_s(&self, r: &JobRecord, default_grace_s: u64) -> u64 {
+        // The stored spec names its resolved QOS (set at submit).
+        self.data
+            .policy
+            .qos
+            .get(&r.job.spec.qos)
+            .and_then(|q| q.grace_time_s)
+            .unwrap_or(default_grace_s)
     }
 
     /// Running jobs past their time limit at `now_ms` that are not being

@@ -38,7 +38,18 @@ pub struct PolicyTables {
     /// (a job naming an ended one is told so). Changed only by
     /// `CreateReservation` / `DeleteReservation`.
     pub reservations: BTreeMap<String, AdminReservation>,
+    /// Fair-share usage half-life (Slurm's `PriorityDecayHalfLife`); 0 =
+    /// no decay; unset = [`DECAY_HALF_LIFE_S_DEFAULT`]. Written only when
+    /// set, so stores that never set it read and write as before.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decay_half_life_s: Option<u64>,
 }
+
+/// Slurm's `PriorityDecayHalfLife` default: 7 days.
+pub const DECAY_HALF_LIFE_S_DEFAULT: u64 = 7 * 86_400;
+/// Longest half-life accepted: ten years (Slurm takes any; beyond this the
+/// decay is nil anyway).
+pub const DECAY_HALF_LIFE_S_MAX: u64 = 10 * 365 * 86_400;
 
 /// Decayed usage and the time it was last brought up to date.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -58,6 +69,9 @@ pub enum PolicyChange {
     UpsertUser(UserRecord),
     UpsertPartition(PartitionRecord),
     DeletePartition(String),
+    /// Sets the usage half-life (`PriorityDecayHalfLife`, seconds; 0 = no
+    /// decay). Added in command version 15.
+    SetDecayHalfLife(u64),
 }
 
 impl PolicyTables {
@@ -267,6 +281,10 @@ impl PolicyTables {
                 }
                 Ok(())
             }
+            PolicyChange::SetDecayHalfLife(s) if *s > DECAY_HALF_LIFE_S_MAX => Err(format!(
+                "PriorityDecayHalfLife {s} s is above the most accepted, {DECAY_HALF_LIFE_S_MAX} s"
+            )),
+            PolicyChange::SetDecayHalfLife(_) => Ok(()),
         }
     }
 
@@ -307,7 +325,15 @@ impl PolicyTables {
             PolicyChange::DeletePartition(n) => {
                 self.partitions.remove(n);
             }
+            PolicyChange::SetDecayHalfLife(s) => {
+                self.decay_half_life_s = Some(*s);
+            }
         }
+    }
+
+    /// The usage half-life in force, in seconds (0 = no decay).
+    pub fn decay_half_life_s(&self) -> u64 {
+        self.decay_half_life_s.unwrap_or(DECAY_HALF_LIFE_S_DEFAULT)
     }
 
     /// The partitions `host` belongs to.

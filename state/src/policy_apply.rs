@@ -43,6 +43,10 @@ impl SmState {
         if let Err(reason) = self.data.policy.validate(change) {
             return Response::Rejected { reason };
         }
+        if let PolicyChange::SetDecayHalfLife(_) = change {
+            // Usage so far decays with the half-life it accrued under.
+            self.accrue_usage(now_ms);
+        }
         // A priority input change reaches the pending and running jobs of
         // that account or user, each with an event.
         let update = match change {
@@ -357,34 +361,22 @@ impl SmState {
         if self.data.policy.accounts.is_empty() || now_ms <= at_ms {
             return;
         }
-        let elapsed_s = (now_ms - at_ms) as f64 / 1000.0;
         let snapshot = self.policy_snapshot();
-        let catalog = Catalog::new(&snapshot);
-        let no_decay: Vec<&str> = snapshot
-            .qos
+        let runs = self
+            .running
             .iter()
-            .filter(|q| q.flags.no_decay)
-            .map(|q| q.name.as_str())
-            .collect();
-        let mut usage = snapshot.usage.clone();
-        if at_ms > 0 {
-            // Slurm's PriorityDecayHalfLife default: 7 days.
-            usage.decay(elapsed_s, 7 * 86_400, &no_decay);
-        }
-        for id in &self.running {
-            let Some(record) = self.data.jobs.get(id) else {
-                continue;
-            };
-            // A run on borrowed capacity is charged when it ends, and not
-            // at all when a reclaim ends it (idle-fill.txt), as the
-            // simulator does.
-            if record.job.state != JobState::Running || record.job.borrowed {
-                continue;
-            }
-            let start_ms = record.job.alloc.as_ref().map_or(at_ms, |a| a.start_ms);
-            let ran_ms = now_ms.saturating_sub(at_ms.max(start_ms));
-            accrue_run(&mut usage, &catalog, &record.job, ran_ms as f64 / 1000.0);
-        }
+            .filter_map(|id| self.data.jobs.get(id))
+            .filter(|r| r.job.state == JobState::Running)
+            .filter_map(|r| Some((run_charge(&r.job)?, r.job.borrowed)));
+        let usage = accrued(
+            &snapshot,
+            Accrual {
+                at_ms,
+                now_ms,
+                half_life_s: self.data.policy.decay_half_life_s(),
+            },
+            runs,
+        );
         self.data.usage.usage = usage;
     }
 
@@ -409,17 +401,63 @@ impl SmState {
         let snapshot = self.policy_snapshot();
         let catalog = Catalog::new(&snapshot);
         let mut usage = snapshot.usage.clone();
-        accrue_run(&mut usage, &catalog, job, ran_s);
+        if let Some((run, _)) = run_charge(job) {
+            usage.charge_run(&catalog, &run, ran_s);
+        }
         self.data.usage.usage = usage;
     }
 }
 
-/// Charges `elapsed_s` of `job`'s allocation, on every host it holds, to
-/// its account lineage and QOS.
-fn accrue_run(usage: &mut Usage, catalog: &Catalog<'_>, job: &Job, elapsed_s: f64) {
-    let Some(alloc) = &job.alloc else {
-        return;
-    };
+/// A span of usage accrual: from the last accrual to now, decaying with
+/// the half-life.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Accrual {
+    pub at_ms: u64,
+    pub now_ms: u64,
+    pub half_life_s: u64,
+}
+
+/// `snapshot.usage` decayed over `span` plus what `runs` (each with its
+/// start, and whether it runs on borrowed capacity) used in it: the one
+/// accrual rule, which `apply` stores and each pass's snapshot projects
+/// to the pass's own time. Time 0 is a time like any other (the
+/// simulator's clock starts there): usage never accrued has nothing to
+/// decay, and no run is charged before its start. A run on borrowed
+/// capacity is charged when it ends, and not at all when a reclaim ends
+/// it (idle-fill.txt).
+pub(crate) fn accrued<'r>(
+    snapshot: &Snapshot,
+    span: Accrual,
+    runs: impl Iterator<Item = ((RunCharge<'r>, u64), bool)>,
+) -> Usage {
+    let mut usage = snapshot.usage.clone();
+    if span.now_ms <= span.at_ms {
+        return usage;
+    }
+    let elapsed_s = (span.now_ms - span.at_ms) as f64 / 1000.0;
+    let catalog = Catalog::new(snapshot);
+    if span.at_ms > 0 {
+        let no_decay: Vec<&str> = snapshot
+            .qos
+            .iter()
+            .filter(|q| q.flags.no_decay)
+            .map(|q| q.name.as_str())
+            .collect();
+        usage.decay(elapsed_s, span.half_life_s, &no_decay);
+    }
+    for ((run, start_ms), borrowed) in runs {
+        if borrowed {
+            continue;
+        }
+        let ran_ms = span.now_ms.saturating_sub(span.at_ms.max(start_ms));
+        usage.charge_run(&catalog, &run, ran_ms as f64 / 1000.0);
+    }
+    usage
+}
+
+/// What `job`'s current allocation charges, and since when.
+fn run_charge(job: &Job) -> Option<(RunCharge<'_>, u64)> {
+    let alloc = job.alloc.as_ref()?;
     let run = RunCharge {
         user: &job.spec.user,
         account: &job.spec.account,
@@ -427,7 +465,19 @@ fn accrue_run(usage: &mut Usage, catalog: &Catalog<'_>, job: &Job, elapsed_s: f6
         hosts: alloc.hosts().count() as u64,
         per_host: alloc.resources,
     };
-    usage.charge_run(catalog, &run, elapsed_s);
+    Some((run, alloc.start_ms))
+}
+
+/// What a running job's view charges, and since when.
+pub(crate) fn view_charge(job: &berth_scheduler::RunningJob) -> ((RunCharge<'_>, u64), bool) {
+    let run = RunCharge {
+        user: &job.user,
+        account: &job.account,
+        qos: &job.qos,
+        hosts: job.hosts.len() as u64,
+        per_host: job.per_host,
+    };
+    ((run, job.start_ms), job.borrowed)
 }
 
 /// A submitted spec as the scheduler sees a pending job: the one rule the
