@@ -6,7 +6,9 @@
 //! once the preemptor is done; a job over its QOS node cap runs on a
 //! borrowed host (idle-fill), shows as borrowed, and is reclaimed (stopped
 //! and requeued) when an in-quota job of another QOS needs the host; a
-//! maintenance reservation keeps a job off its host until it is deleted.
+//! maintenance reservation keeps a job off its host until it is deleted;
+//! an account's preempt list lets its jobs stop another account's
+//! preemptible ones, and only once it names that account.
 //! Every wait is a condition with a deadline.
 
 use std::path::Path;
@@ -205,6 +207,84 @@ async fn a_preempting_qos_stops_requeues_and_restarts_the_victim() {
             .lines()
             .any(|l| l.starts_with("berth_preemptions_total{") && l.contains("cause=\"preempt\"")),
         "{metrics}"
+    );
+}
+
+/// Account preempt lists on the live cluster (the priority rule's groups):
+/// `lab`'s job is far above `scav`'s preemptible one, yet waits while
+/// `lab` lists nobody; once `lab` lists `scav` the victim is stopped and
+/// requeued and `lab`'s job runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_preempt_list_lets_its_jobs_preempt_the_listed_accounts() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let cluster = started(tmp.path()).await;
+    let mut client = cluster.client().await.expect("client");
+    let account = |name: &str, user: &str, preempt: &[&str]| Account {
+        name: name.into(),
+        users: vec![user.into()],
+        preempt: preempt.iter().map(|p| p.to_string()).collect(),
+        ..Default::default()
+    };
+    for a in [account("scav", "sam", &[]), account("lab", "lea", &[])] {
+        client.upsert_account(a).await.expect("upsert account");
+    }
+    let term = tmp.path().join("scav-term.txt");
+    let victim = submit(
+        &cluster,
+        "scav-1",
+        JobSpec {
+            name: "scav".into(),
+            user: "sam".into(),
+            cpus: 2,
+            nice: 20,
+            time_limit_s: 600,
+            preemptible: true,
+            command: format!(
+                "trap 'echo term >> {0}; exit 0' TERM; while :; do sleep 0.05; done",
+                term.display()
+            ),
+            ..Default::default()
+        },
+    )
+    .await;
+    wait_for_job(&cluster, victim, "running", is(JobState::Running)).await;
+    let lab_job = JobSpec {
+        name: "lab".into(),
+        user: "lea".into(),
+        cpus: 2,
+        time_limit_s: 600,
+        command: "sleep 300".into(),
+        ..Default::default()
+    };
+    let blocked = submit(&cluster, "lab-1", lab_job).await;
+    wait_for_job(&cluster, blocked, "waiting for room", |j| {
+        j.state == JobState::Pending as i32 && j.reason == "Resources"
+    })
+    .await;
+    // Passes run every 200 ms: several of them evict nothing without a list.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let still = cluster.get_job(victim).await.expect("get victim");
+    assert_eq!(still.state, JobState::Running as i32, "{still:?}");
+    assert_eq!(read(&term), "", "no list, no stop signal");
+
+    client
+        .upsert_account(account("lab", "lea", &["scav"]))
+        .await
+        .expect("lab lists scav");
+    wait_until("SIGTERM reaching the victim", || read(&term) == "term\n").await;
+    wait_for_job(
+        &cluster,
+        blocked,
+        "running on the freed host",
+        is(JobState::Running),
+    )
+    .await;
+    let requeued = wait_for_job(&cluster, victim, "pending again", is(JobState::Pending)).await;
+    assert!(
+        requeued
+            .reason_text
+            .contains(&format!("Preempted by job {blocked}; queued again")),
+        "{requeued:?}"
     );
 }
 

@@ -222,6 +222,7 @@ async fn rest_api_submits_reads_lists_explains_and_cancels() {
     assert_eq!(status, 200);
     let (status, gone) = call(&cluster, leader, "GET", "/v1/qos/rest-qos", "");
     assert_eq!(status, 404, "{gone}");
+    account_preempt_lists(&cluster, leader, follower);
 
     // Cluster view, hosts and the API's own description.
     let (status, view) = call(&cluster, follower, "GET", "/v1/cluster", "");
@@ -235,6 +236,44 @@ async fn rest_api_submits_reads_lists_explains_and_cancels() {
     assert_eq!(status, 200);
     assert_eq!(doc["openapi"], "3.0.3");
     assert!(doc["paths"]["/v1/jobs/{id}/explain"]["get"].is_object());
+}
+
+/// An account's preempt list travels through REST both ways; a name that
+/// is no account is refused by name and changes nothing; deleting the
+/// account named takes it off the list.
+fn account_preempt_lists(cluster: &LocalCluster, leader: u64, follower: u64) {
+    let (status, put) = call(cluster, follower, "PUT", "/v1/accounts/rest-scav", "{}");
+    assert_eq!(status, 200, "{put}");
+    let (status, put) = call(
+        cluster,
+        follower,
+        "PUT",
+        "/v1/accounts/rest-lab",
+        r#"{"preempt":["rest-scav"]}"#,
+    );
+    assert_eq!(status, 200, "{put}");
+    let preempt_of_lab = || {
+        let (status, lab) = call(cluster, leader, "GET", "/v1/accounts/rest-lab", "");
+        assert_eq!(status, 200, "{lab}");
+        lab["preempt"].clone()
+    };
+    assert_eq!(preempt_of_lab(), serde_json::json!(["rest-scav"]));
+    let (status, refused) = call(
+        cluster,
+        leader,
+        "PUT",
+        "/v1/accounts/rest-lab",
+        r#"{"preempt":["rest-scav","ghost"]}"#,
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["message"], "account rest-lab: preempts unknown account ghost",
+        "{refused}"
+    );
+    assert_eq!(preempt_of_lab(), serde_json::json!(["rest-scav"]));
+    let (status, _) = call(cluster, leader, "DELETE", "/v1/accounts/rest-scav", "");
+    assert_eq!(status, 200);
+    assert_eq!(preempt_of_lab(), serde_json::json!([]));
 }
 
 /// With `[auth]` on, REST callers are authenticated and authorized by the

@@ -469,6 +469,7 @@ pub fn apply_account(account: &mut Account, settings: &[Assign]) -> Result<(), S
                 account.default_qos = a.value.clone();
             }
             "qos" | "qoslevel" => apply_list(&mut account.qos, a)?,
+            "preempt" => apply_list(&mut account.preempt, a)?,
             "priority" => {
                 scalar(a)?;
                 account.priority = number(a)?;
@@ -786,6 +787,17 @@ fn assoc_columns() -> Vec<Col<Assoc>> {
             width: 9,
             get: |a| a.account.default_qos.clone(),
         },
+        Col {
+            name: "Preempt",
+            width: 10,
+            get: |a| {
+                if a.user.is_some() {
+                    String::new()
+                } else {
+                    a.account.preempt.join(",")
+                }
+            },
+        },
     ]
 }
 
@@ -841,6 +853,11 @@ fn account_columns() -> Vec<Col<Account>> {
             get: |a| allowed_qos(a).join(","),
         },
         Col {
+            name: "Preempt",
+            width: 10,
+            get: |a| a.preempt.join(","),
+        },
+        Col {
             name: "Users",
             width: 20,
             get: |a| a.users.join(","),
@@ -848,7 +865,10 @@ fn account_columns() -> Vec<Col<Account>> {
     ]
 }
 
-pub const ACCOUNT_DEFAULT_FORMAT: &str = "Account,Parent,Share,Priority,Def QOS,QOS";
+/// Preempt is Berth's own (Slurm's accounts have no preempt list), so it
+/// goes last, where a script reading Slurm's columns by position does
+/// not trip on it.
+pub const ACCOUNT_DEFAULT_FORMAT: &str = "Account,Parent,Share,Priority,Def QOS,QOS,Preempt";
 
 fn user_columns() -> Vec<Col<User>> {
     vec![
@@ -1166,6 +1186,41 @@ mod tests {
         };
         apply_user(&mut u, &change);
         assert_eq!(u.default_account, "proj");
+    }
+
+    #[test]
+    fn account_preempt_lists() {
+        let mut a = Account {
+            name: "proj".into(),
+            users: vec!["bob".into()],
+            ..Default::default()
+        };
+        let set = |a: &mut Account, line: &str| {
+            let r = parse_request(&words(line)).expect("parses");
+            apply_account(a, &r.settings)
+        };
+        set(&mut a, "modify account proj set Preempt=chem,bio").expect("valid");
+        assert_eq!(a.preempt, ["chem", "bio"]);
+        set(&mut a, "modify account proj set preempt+=bio,scav").expect("valid");
+        assert_eq!(a.preempt, ["chem", "bio", "scav"]);
+        set(&mut a, "modify account proj set preempt-=chem").expect("valid");
+        assert_eq!(a.preempt, ["bio", "scav"]);
+        assert_eq!(
+            show_accounts(std::slice::from_ref(&a), &None, Layout::Parsable2, false).expect("ok"),
+            "Account|Parent|Share|Priority|Def QOS|QOS|Preempt\nproj||0|0||normal|bio,scav\n"
+        );
+        assert_eq!(
+            show_assocs(
+                &associations(std::slice::from_ref(&a)),
+                &Some(words("Account User Preempt")),
+                Layout::Parsable2,
+                false
+            )
+            .expect("ok"),
+            "Account|User|Preempt\nproj||bio,scav\nproj|bob|\n"
+        );
+        set(&mut a, "modify account proj set preempt=").expect("an empty list clears");
+        assert!(a.preempt.is_empty());
     }
 
     #[test]

@@ -620,6 +620,43 @@ async fn sacctmgr_round_trip() {
         &[],
     )
     .await);
+    // Account preempt lists: set, shown, appended to, taken from.
+    ok(&run_as("sacctmgr", &s, &["-i", "add", "account", "scav"], &[]).await);
+    ok(&run_as(
+        "sacctmgr",
+        &s,
+        &["-i", "modify", "account", "proj", "set", "preempt=scav"],
+        &[],
+    )
+    .await);
+    assert_eq!(
+        node.cluster.lock().expect("lock").accounts["proj"].preempt,
+        ["scav"]
+    );
+    let show_preempt = ["-P", "show", "account", "format=Account,Preempt"];
+    assert_eq!(
+        ok(&run_as("sacctmgr", &s, &show_preempt, &[]).await),
+        "Account|Preempt\nproj|scav\nscav|\n"
+    );
+    ok(&run_as(
+        "sacctmgr",
+        &s,
+        &["-i", "modify", "account", "scav", "set", "Preempt+=proj"],
+        &[],
+    )
+    .await);
+    ok(&run_as(
+        "sacctmgr",
+        &s,
+        &["-i", "modify", "account", "proj", "set", "preempt-=scav"],
+        &[],
+    )
+    .await);
+    assert_eq!(
+        ok(&run_as("sacctmgr", &s, &show_preempt, &[]).await),
+        "Account|Preempt\nproj|\nscav|proj\n"
+    );
+    ok(&run_as("sacctmgr", &s, &["-i", "delete", "account", "scav"], &[]).await);
     ok(&run_as(
         "sacctmgr",
         &s,

@@ -173,16 +173,25 @@ pub fn qos_to(q: &Qos) -> api::Qos {
     }
 }
 
+/// `names` in their first order, each once: a list is a set that a
+/// client may have built by appending.
+fn dedup(names: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for n in names {
+        if !out.contains(n) {
+            out.push(n.clone());
+        }
+    }
+    out
+}
+
 pub fn account_from(a: &api::Account) -> Result<Account, String> {
-    let mut qos = Vec::new();
+    // The default QOS is also allowed, and first.
+    let mut qos: Vec<String> = Vec::with_capacity(a.qos.len() + 1);
     if !a.default_qos.is_empty() {
         qos.push(a.default_qos.clone());
     }
-    for q in &a.qos {
-        if !qos.contains(q) {
-            qos.push(q.clone());
-        }
-    }
+    qos.extend(a.qos.iter().cloned());
     Ok(Account {
         name: a.name.clone(),
         parent: if a.parent.is_empty() {
@@ -192,12 +201,11 @@ pub fn account_from(a: &api::Account) -> Result<Account, String> {
         },
         shares: if a.shares == 0 { 1 } else { a.shares },
         users: a.users.clone(),
-        qos,
+        qos: dedup(&qos),
         priority: a.priority,
         max_priority: a.max_priority,
         limits: limits_from(a.limits.as_ref()).map_err(|e| format!("account {}: {e}", a.name))?,
-        // The API has no account preempt lists yet (docs/preemption.md).
-        preempt: Vec::new(),
+        preempt: dedup(&a.preempt),
     })
 }
 
@@ -212,6 +220,7 @@ pub fn account_to(a: &Account) -> api::Account {
         max_priority: a.max_priority,
         qos: a.qos.clone(),
         limits: Some(limits_to(&a.limits)),
+        preempt: a.preempt.clone(),
     }
 }
 
@@ -312,5 +321,29 @@ mod tests {
         assert!(qos_from(&bad_flag)
             .unwrap_err()
             .contains("unknown flag \"Fast\""));
+    }
+
+    #[test]
+    fn account_preempt_list_round_trips() {
+        let a = api::Account {
+            name: "physics".into(),
+            default_qos: "high".into(),
+            qos: vec!["normal".into(), "high".into()],
+            preempt: vec!["chem".into(), "bio".into(), "chem".into()],
+            ..Default::default()
+        };
+        let parsed = account_from(&a).expect("valid");
+        assert_eq!(parsed.preempt, ["chem", "bio"]);
+        assert_eq!(parsed.qos, ["high", "normal"]);
+        let back = account_to(&parsed);
+        assert_eq!(back.preempt, ["chem", "bio"]);
+        assert_eq!(account_from(&back), Ok(parsed));
+        let none = account_from(&api::Account {
+            name: "chem".into(),
+            ..Default::default()
+        })
+        .expect("valid");
+        assert!(none.preempt.is_empty());
+        assert!(account_to(&none).preempt.is_empty());
     }
 }

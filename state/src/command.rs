@@ -114,7 +114,10 @@ impl JobUpdate {
 /// `SubmitJob`'s spec carries `interactive` (a version-12 node would run
 /// an interactive allocation's description as a batch script); 14 = adds
 /// `StepReported` (a version-13 node cannot read it); 15 = adds
-/// `PolicyChange::SetDecayHalfLife` (a version-14 node cannot read it).
+/// `PolicyChange::SetDecayHalfLife` (a version-14 node cannot read it),
+/// and an account's preempt list is checked and deleting an account or
+/// QOS takes it off every list (a version-14 node would keep dangling
+/// names).
 pub const COMMAND_VERSION: u32 = 15;
 
 /// One Raft log payload.

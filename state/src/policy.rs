@@ -4,7 +4,7 @@
 //! each change is validated in `apply` (deterministic) and refused whole
 //! when it would leave the tables inconsistent.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use berth_scheduler::assoc::ROOT_ACCOUNT;
 use berth_scheduler::qos::NORMAL_QOS;
@@ -219,7 +219,7 @@ impl PolicyTables {
                 for u in &a.users {
                     name_ok("user", u)?;
                 }
-                Ok(())
+                self.check_account_preempt(a)
             }
             PolicyChange::DeleteAccount(name) => {
                 if !self.accounts.contains_key(name) {
@@ -288,6 +288,29 @@ impl PolicyTables {
         }
     }
 
+    /// An account's preempt list names other accounts that exist, each
+    /// once. Its own jobs need no entry (within an account the priority
+    /// rule applies without a list), so naming itself is a mistake worth
+    /// saying; the bound on the list is the number of accounts.
+    fn check_account_preempt(&self, a: &Account) -> Result<(), String> {
+        let mut seen = BTreeSet::new();
+        for p in &a.preempt {
+            if *p == a.name {
+                return Err(format!(
+                    "account {}: cannot list itself in preempt (its own jobs need no list)",
+                    a.name
+                ));
+            }
+            if !self.accounts.contains_key(p) {
+                return Err(format!("account {}: preempts unknown account {p}", a.name));
+            }
+            if !seen.insert(p.as_str()) {
+                return Err(format!("account {}: preempt lists {p} twice", a.name));
+            }
+        }
+        Ok(())
+    }
+
     /// Applies a validated change.
     pub fn apply(&mut self, change: &PolicyChange) {
         match change {
@@ -296,6 +319,13 @@ impl PolicyTables {
             }
             PolicyChange::DeleteQos(n) => {
                 self.qos.remove(n);
+                // `normal` outlives its definition (it is implicit), so
+                // lists that name it still mean something.
+                if n != NORMAL_QOS {
+                    for q in self.qos.values_mut() {
+                        q.preempt.retain(|p| p != n);
+                    }
+                }
             }
             PolicyChange::UpsertAccount(a) => {
                 let mut a = a.clone();
@@ -306,6 +336,12 @@ impl PolicyTables {
             }
             PolicyChange::DeleteAccount(n) => {
                 self.accounts.remove(n);
+                // A later account of the same name must not inherit the
+                // right to be preempted (the reference: deleted groups
+                // leave every list).
+                for a in self.accounts.values_mut() {
+                    a.preempt.retain(|p| p != n);
+                }
             }
             PolicyChange::UpsertUser(u) => {
                 self.users.insert(u.name.clone(), u.clone());
@@ -398,5 +434,112 @@ mod tests {
             .is_err());
         assert!(!t.is_empty());
         assert!(PolicyTables::default().is_empty());
+    }
+
+    fn account(name: &str, preempt: &[&str]) -> Account {
+        Account {
+            name: name.into(),
+            preempt: preempt.iter().map(|p| p.to_string()).collect(),
+            ..Account::default()
+        }
+    }
+
+    fn upsert(t: &mut PolicyTables, change: PolicyChange) {
+        assert_eq!(t.validate(&change), Ok(()));
+        t.apply(&change);
+    }
+
+    fn preempt_of(t: &PolicyTables, name: &str) -> Vec<String> {
+        t.accounts[name].preempt.clone()
+    }
+
+    #[test]
+    fn account_preempt_lists_name_other_existing_accounts() {
+        let mut t = PolicyTables::default();
+        upsert(&mut t, PolicyChange::UpsertAccount(account("B", &[])));
+        upsert(&mut t, PolicyChange::UpsertAccount(account("C", &[])));
+        let refused = |t: &PolicyTables, preempt: &[&str]| {
+            t.validate(&PolicyChange::UpsertAccount(account("A", preempt)))
+        };
+        assert_eq!(
+            refused(&t, &["B", "physics"]),
+            Err("account A: preempts unknown account physics".into())
+        );
+        assert_eq!(
+            refused(&t, &["root"]),
+            Err("account A: preempts unknown account root".into())
+        );
+        assert_eq!(
+            refused(&t, &["A"]),
+            Err("account A: cannot list itself in preempt (its own jobs need no list)".into())
+        );
+        assert_eq!(
+            refused(&t, &["C", "B", "C"]),
+            Err("account A: preempt lists C twice".into())
+        );
+        upsert(
+            &mut t,
+            PolicyChange::UpsertAccount(account("A", &["B", "C"])),
+        );
+        assert_eq!(preempt_of(&t, "A"), ["B", "C"]);
+        // Lists may point both ways: each side opts in for itself.
+        upsert(&mut t, PolicyChange::UpsertAccount(account("B", &["A"])));
+        assert_eq!(preempt_of(&t, "B"), ["A"]);
+        // An existing account that turns bad is refused too, and kept.
+        assert_eq!(
+            t.validate(&PolicyChange::UpsertAccount(account("B", &["B"]))),
+            Err("account B: cannot list itself in preempt (its own jobs need no list)".into())
+        );
+    }
+
+    #[test]
+    fn deleting_an_account_takes_it_off_every_preempt_list() {
+        let mut t = PolicyTables::default();
+        upsert(&mut t, PolicyChange::UpsertAccount(account("C", &[])));
+        upsert(&mut t, PolicyChange::UpsertAccount(account("B", &["C"])));
+        upsert(
+            &mut t,
+            PolicyChange::UpsertAccount(account("A", &["B", "C"])),
+        );
+        upsert(&mut t, PolicyChange::DeleteAccount("C".into()));
+        assert_eq!(preempt_of(&t, "A"), ["B"]);
+        assert_eq!(preempt_of(&t, "B"), Vec::<String>::new());
+        // A new account of the old name is on nobody's list.
+        upsert(&mut t, PolicyChange::UpsertAccount(account("C", &[])));
+        assert_eq!(preempt_of(&t, "A"), ["B"]);
+        assert_eq!(preempt_of(&t, "B"), Vec::<String>::new());
+        upsert(&mut t, PolicyChange::DeleteAccount("B".into()));
+        assert_eq!(preempt_of(&t, "A"), Vec::<String>::new());
+        assert_eq!(
+            t.accounts.keys().collect::<Vec<_>>(),
+            ["A", "C"],
+            "nothing else deleted"
+        );
+    }
+
+    #[test]
+    fn deleting_a_qos_takes_it_off_every_preempt_list() {
+        let qos = |name: &str, preempt: &[&str]| Qos {
+            preempt: preempt.iter().map(|p| p.to_string()).collect(),
+            ..Qos::named(name)
+        };
+        let preempt_of = |t: &PolicyTables, name: &str| t.qos[name].preempt.clone();
+        let mut t = PolicyTables::default();
+        upsert(&mut t, PolicyChange::UpsertQos(qos("low", &[])));
+        upsert(&mut t, PolicyChange::UpsertQos(qos("normal", &[])));
+        upsert(
+            &mut t,
+            PolicyChange::UpsertQos(qos("high", &["low", "normal", "high"])),
+        );
+        upsert(&mut t, PolicyChange::UpsertQos(qos("mid", &["low"])));
+        upsert(&mut t, PolicyChange::DeleteQos("low".into()));
+        assert_eq!(preempt_of(&t, "high"), ["normal", "high"]);
+        assert_eq!(preempt_of(&t, "mid"), Vec::<String>::new());
+        // `normal` stays a QOS once its definition is deleted, so lists
+        // keep naming it.
+        upsert(&mut t, PolicyChange::DeleteQos("normal".into()));
+        assert_eq!(preempt_of(&t, "high"), ["normal", "high"]);
+        upsert(&mut t, PolicyChange::DeleteQos("high".into()));
+        assert_eq!(t.qos.keys().collect::<Vec<_>>(), ["mid"]);
     }
 }

@@ -967,3 +967,47 @@ fn a_spec_without_warn_signal_reads_and_writes_as_before() {
     let back: JobSpec = serde_json::from_str(&text).expect("decodes");
     assert_eq!(back, with);
 }
+
+#[test]
+fn account_preempt_lists_through_set_policy() {
+    use crate::policy::PolicyChange;
+    let mut s = SmState::default();
+    let set = |s: &mut SmState, change: PolicyChange| {
+        s.apply(
+            &Command::SetPolicy { change, now_ms: 5 },
+            &mut Dirty::default(),
+        )
+    };
+    let account = |name: &str, preempt: &[&str]| berth_scheduler::Account {
+        name: name.into(),
+        users: vec![format!("{name}-user")],
+        preempt: preempt.iter().map(|p| p.to_string()).collect(),
+        ..Default::default()
+    };
+    for a in [account("scav", &[]), account("lab", &["scav"])] {
+        assert_eq!(
+            set(&mut s, PolicyChange::UpsertAccount(a)),
+            Response::PolicySet
+        );
+    }
+    let before = s.data.policy.clone();
+    assert_eq!(
+        set(
+            &mut s,
+            PolicyChange::UpsertAccount(account("lab", &["scav", "ghost"]))
+        ),
+        Response::Rejected {
+            reason: "account lab: preempts unknown account ghost".into()
+        }
+    );
+    assert_eq!(s.data.policy, before, "a refused change changes nothing");
+    assert_eq!(
+        set(&mut s, PolicyChange::DeleteAccount("scav".into())),
+        Response::PolicySet
+    );
+    assert_eq!(
+        s.data.policy.accounts["lab"].preempt,
+        Vec::<String>::new(),
+        "the deleted account left lab's list"
+    );
+}

@@ -432,6 +432,7 @@ fn account_json(a: &Account) -> serde_json::Value {
         "qos": a.qos,
         "priority": a.priority,
         "max_priority": a.max_priority,
+        "preempt": a.preempt,
         "limits": limits_json(&a.limits.clone().unwrap_or_default()),
     })
 }

@@ -828,6 +828,7 @@ pub struct AccountJson {
     pub max_priority: i64,
     pub qos: Vec<String>,
     pub limits: Option<LimitsJson>,
+    pub preempt: Vec<String>,
 }
 
 impl From<api::Account> for AccountJson {
@@ -842,6 +843,7 @@ impl From<api::Account> for AccountJson {
             max_priority: a.max_priority,
             qos: a.qos,
             limits: a.limits.map(LimitsJson::from),
+            preempt: a.preempt,
         }
     }
 }
@@ -858,6 +860,7 @@ impl From<AccountJson> for api::Account {
             max_priority: a.max_priority,
             qos: a.qos,
             limits: a.limits.map(api::Limits::from),
+            preempt: a.preempt,
         }
     }
 }
@@ -1107,9 +1110,11 @@ mod tests {
             shares: 10,
             users: vec!["ann".into()],
             limits: None,
+            preempt: vec!["scavengers".into()],
             ..Default::default()
         };
         let text = serde_json::to_string(&AccountJson::from(account.clone())).expect("json");
+        assert!(text.contains(r#""preempt":["scavengers"]"#), "{text}");
         assert_eq!(
             api::Account::from(serde_json::from_str::<AccountJson>(&text).expect("parses")),
             account

@@ -27,9 +27,21 @@ pub(super) fn commands(input: &SimInput) -> Vec<Result<(String, Command), SimErr
             PolicyChange::UpsertQos(q.clone()),
         ));
     }
+    // A preempt list may name any account, even a later or a mutual one,
+    // and the state refuses a name that does not exist yet: every account
+    // first without its list, then the lists, as an admin would.
     for a in parents_first(&world.accounts) {
         out.push(policy(
             format!("account {}", a.name),
+            PolicyChange::UpsertAccount(Account {
+                preempt: Vec::new(),
+                ..a.clone()
+            }),
+        ));
+    }
+    for a in world.accounts.iter().filter(|a| !a.preempt.is_empty()) {
+        out.push(policy(
+            format!("account {} preempt", a.name),
             PolicyChange::UpsertAccount(a.clone()),
         ));
     }
