@@ -402,6 +402,14 @@ pub fn apply_qos(qos: &mut Qos, settings: &[Assign]) -> Result<(), SacctmgrError
                 qos.priority = number(a)?;
             }
             "preempt" => apply_list(&mut qos.preempt, a)?,
+            // -1 clears, as for every limit (Slurm's wording); only as a
+            // plain set, since "add or remove -1" means nothing.
+            "flags" if a.value == "-1" => {
+                if a.op != Op::Set {
+                    return Err(bad(&a.key, &a.value, "-1 clears all flags: use Flags=-1"));
+                }
+                qos.flags.clear();
+            }
             "flags" => apply_list(&mut qos.flags, a)?,
             "gracetime" => {
                 scalar(a)?;
@@ -409,7 +417,13 @@ pub fn apply_qos(qos: &mut Qos, settings: &[Assign]) -> Result<(), SacctmgrError
             }
             "usagefactor" => {
                 scalar(a)?;
-                qos.usage_factor = Some(number(a)?);
+                // Unset rather than 1.0, so the default stays the
+                // server's to decide.
+                qos.usage_factor = if a.value == "-1" {
+                    None
+                } else {
+                    Some(number(a)?)
+                };
             }
             "usagethreshold" | "usagethres" => {
                 scalar(a)?;
@@ -1142,6 +1156,69 @@ mod tests {
         );
         assert!(err("add qos x MaxWall=1:xx").starts_with("Bad value \"1:xx\" for maxwall"));
         assert_eq!(err("add qos x Bogus=1"), "Unknown option: bogus");
+    }
+
+    #[test]
+    fn negative_priority_is_accepted_and_shown() {
+        let mut q = Qos {
+            name: "burst".into(),
+            ..Default::default()
+        };
+        let r = parse_request(&words("modify qos burst set priority=-1000000")).expect("ok");
+        apply_qos(&mut q, &r.settings).expect("a negative priority is valid");
+        assert_eq!(q.priority, -1_000_000);
+        let format = Some(words("Name Priority"));
+        assert_eq!(
+            show_qos(std::slice::from_ref(&q), &format, Layout::Parsable2, true).expect("ok"),
+            "burst|-1000000\n"
+        );
+        assert_eq!(
+            show_qos(&[q], &format, Layout::Columns, false).expect("ok"),
+            "      Name   Priority \n\
+             ---------- ---------- \n\
+             \x20    burst   -1000000 \n"
+        );
+    }
+
+    #[test]
+    fn flags_and_usage_factor_clear_with_minus_one() {
+        let mut q = Qos::default();
+        let set = |q: &mut Qos, line: &str| {
+            let r = parse_request(&words(line)).expect("parses");
+            apply_qos(q, &r.settings)
+        };
+        set(
+            &mut q,
+            "modify qos x set Flags=DenyOnLimit,NoDecay UsageFactor=2",
+        )
+        .expect("valid");
+        assert_eq!(q.flags, ["DenyOnLimit", "NoDecay"]);
+        assert_eq!(q.usage_factor, Some(2.0));
+        set(&mut q, "modify qos x set Flags=-1 UsageFactor=-1").expect("-1 clears");
+        assert!(q.flags.is_empty());
+        assert_eq!(q.usage_factor, None);
+        assert_eq!(
+            show_qos(
+                &[q.clone()],
+                &Some(words("Flags UsageFactor")),
+                Layout::Parsable2,
+                true
+            )
+            .expect("ok"),
+            "|1.000000\n"
+        );
+        assert_eq!(
+            set(&mut q, "modify qos x set Flags+=-1")
+                .unwrap_err()
+                .to_string(),
+            "Bad value \"-1\" for flags: -1 clears all flags: use Flags=-1"
+        );
+        assert_eq!(
+            set(&mut q, "modify qos x set UsageFactor+=-1")
+                .unwrap_err()
+                .to_string(),
+            "usagefactor cannot be used with += or -="
+        );
     }
 
     #[test]

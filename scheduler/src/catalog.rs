@@ -29,8 +29,9 @@ pub struct Catalog<'a> {
     pub partitioned: bool,
     /// True when the snapshot defines accounts: every job then needs one.
     pub has_accounts: bool,
-    /// The highest QOS priority (normalises the QOS factor).
-    pub qos_priority_max: u32,
+    /// The highest QOS priority (normalises the QOS factor); may be
+    /// negative when every QOS is.
+    pub qos_priority_max: i64,
     /// The highest partition `priority_job_factor`.
     pub partition_factor_max: u32,
 }

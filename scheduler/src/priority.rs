@@ -348,7 +348,7 @@ struct AccountInputs {
     priority: i64,
     fairshare: f64,
     /// The priority of its default QOS, for jobs naming none.
-    default_qos_priority: u32,
+    default_qos_priority: i64,
 }
 
 /// What a job's user contributes, resolved once per distinct name, with the
@@ -359,7 +359,7 @@ struct UserInputs {
     default_account: Option<AccountInputs>,
 }
 
-fn qos_priority(catalog: &Catalog, name: &str) -> u32 {
+fn qos_priority(catalog: &Catalog, name: &str) -> i64 {
     catalog.qos(name).map(|q| q.priority).unwrap_or(0)
 }
 
@@ -386,7 +386,9 @@ fn account_inputs<'a>(
 ///   default, favouring large jobs), nodes of its first resource path;
 /// - partition = `weights.partition * factor / highest factor`, for the
 ///   first of its partitions that exists (else the default partition);
-/// - qos = `weights.qos * priority / highest QOS priority`;
+/// - qos = `weights.qos * priority / highest QOS priority`, clamped to
+///   [0, 1] (0 when that highest priority is not positive): a negative QOS
+///   priority, as a burst QOS has, gives the factor 0, not less;
 /// - assoc = `weights.assoc * (account + user priority) / the highest such
 ///   sum`, clamped to [0, 1] (0 when that highest sum is not positive);
 /// - account, user: the admin inputs, added as they are; nice: `-nice`.
@@ -414,13 +416,13 @@ pub fn priorities(
     let normal_qos_priority = qos_priority(catalog, catalog.qos_name_of("", None));
     let mut users: FxMap<&str, UserInputs> = FxMap::default();
     let mut accounts: FxMap<&str, Option<AccountInputs>> = FxMap::default();
-    let mut qos_priorities: FxMap<&str, u32> = FxMap::default();
+    let mut qos_priorities: FxMap<&str, i64> = FxMap::default();
     let mut partition_factor: FxMap<&str, Option<u32>> = FxMap::default();
 
     let mut out = Vec::with_capacity(snapshot.pending.len());
     // Neighbouring jobs mostly share user, account, QOS and partitions (a
     // trace replay: all of them); their looked-up inputs are reused.
-    let mut previous: Option<(&PendingJob, i64, Option<AccountInputs>, u32, u32)> = None;
+    let mut previous: Option<(&PendingJob, i64, Option<AccountInputs>, i64, u32)> = None;
     for job in &snapshot.pending {
         if job.admin_priority > 0 {
             out.push(PriorityBreakdown::fixed_at(job.id, job.admin_priority));
@@ -503,11 +505,15 @@ pub fn priorities(
             u64::from(partition),
             u64::from(catalog.partition_factor_max),
         );
-        let qos_term = scaled(
-            weights.qos,
-            u64::from(qos),
-            u64::from(catalog.qos_priority_max),
-        );
+        // A negative QOS priority (a burst QOS) ranks its jobs by the
+        // factor's floor, 0, like the assoc factor: the factor is a share
+        // of the weight, never a penalty.
+        let qos_max = catalog.qos_priority_max;
+        let qos_term = if qos_max > 0 {
+            scaled(weights.qos, qos.clamp(0, qos_max) as u64, qos_max as u64)
+        } else {
+            0
+        };
         let assoc_sum = account_priority.saturating_add(user);
         let assoc = if assoc_max > 0 {
             scaled(
@@ -1038,6 +1044,48 @@ mod tests {
         };
         let got: Vec<i64> = breakdowns(&s, &w, 10).iter().map(|b| b.age).collect();
         assert_eq!(got, vec![7, 0]);
+    }
+
+    #[test]
+    fn a_negative_qos_priority_has_factor_zero_not_less() {
+        let mut s = site();
+        s.qos.push(Qos {
+            priority: 0,
+            ..Qos::named("zero")
+        });
+        s.qos.push(Qos {
+            priority: -1_000_000,
+            ..Qos::named("burst")
+        });
+        let in_qos = |id, qos: &str| PendingJob {
+            qos: qos.into(),
+            ..job(id, "alice", "a", 0)
+        };
+        s.pending = PendingJob::queue([in_qos(1, "zero"), in_qos(2, "burst"), in_qos(3, "high")]);
+        let w = PriorityWeights {
+            qos: 1000,
+            ..weights()
+        };
+        let got = breakdowns(&s, &w, 0);
+        let qos: Vec<i64> = got.iter().map(|b| b.qos).collect();
+        // Clamped like the assoc factor: the burst job gets no QOS share
+        // of the weight, and loses nothing it would get elsewhere.
+        assert_eq!(qos, vec![0, 0, 1000]);
+        assert_eq!(got[1].total, got[0].total);
+        assert_eq!(got[2].total, got[0].total + 1000);
+        let catalog = Catalog::new(&s);
+        // Equal totals fall to the usual tie-breaks (here the job id).
+        assert_eq!(
+            queue_order(&s.pending, &got, &BTreeMap::new(), &catalog),
+            vec![2, 0, 1]
+        );
+
+        // With every QOS negative the highest is too: no factor at all,
+        // rather than a ratio of two negatives.
+        s.qos.retain(|q| q.name == "burst");
+        s.pending = PendingJob::queue([in_qos(2, "burst")]);
+        assert_eq!(Catalog::new(&s).qos_priority_max, -1_000_000);
+        assert_eq!(breakdowns(&s, &w, 0)[0].qos, 0);
     }
 
     #[test]

@@ -223,8 +223,11 @@ pub enum PreemptMode {
 #[serde(default)]
 pub struct Qos {
     pub name: String,
-    /// Its priority factor input (normalised by the highest QOS priority).
-    pub priority: u32,
+    /// Its priority factor input (normalised by the highest QOS priority),
+    /// and its standing in the opportunistic tier. Signed so that a burst
+    /// QOS can sit far below every other, as the idle-fill reference
+    /// expects.
+    pub priority: i64,
     pub limits: Limits,
     pub flags: QosFlags,
     /// Multiplies the usage its jobs accrue (fair share, GrpTRESMins).

@@ -32,13 +32,13 @@ pub(crate) enum Claimant {
     Claim,
     /// A borrower, or a job of an `idle_fill_preemptable` QOS, with its
     /// QOS priority: it may take only runs of a strictly cheaper QOS.
-    Opportunistic(u32),
+    Opportunistic(i64),
 }
 
 /// One opportunistic run.
 struct Run<'a> {
     job: &'a RunningJob,
-    qos_priority: u32,
+    qos_priority: i64,
     /// Its exempt window has run out.
     exempt_over: bool,
     evicted: bool,
@@ -135,7 +135,7 @@ impl<'a> Opportunistic<'a> {
     /// recently started run (the least work lost), then name order.
     fn recoverable(&self, claimant: Claimant, classes: &[usize], pool: &Pool<'_>) -> Vec<usize> {
         let members: BTreeSet<usize> = pool.members_of(classes).into_iter().collect();
-        let mut hosts: Vec<(u32, Reverse<u64>, usize)> = Vec::new();
+        let mut hosts: Vec<(i64, Reverse<u64>, usize)> = Vec::new();
         for (&h, jobs) in &self.on_host {
             // A host something was placed on in this pass is not whole.
             if !members.contains(&h) || pool.taken_in_pass(h) {

@@ -274,10 +274,7 @@ fn partitions_of(ctx: &Ctx, list: &[PartitionFile]) -> Result<Vec<Partition>, Si
 /// `base`: only the keys given change.
 fn qos_from(ctx: &Ctx, q: &QosFile, path: &str, base: Qos) -> Result<Qos, SimError> {
     let mut qos = base;
-    if let Some(n) = q.priority {
-        qos.priority = u32::try_from(n)
-            .map_err(|_| ctx.invalid(&format!("{path}.priority"), located::U32_EXPECTED))?;
-    }
+    set(&mut qos.priority, q.priority);
     qos.limits = q.limits_over(qos.limits);
     if let Some(flags) = &q.flags {
         qos.flags = qos_flags(ctx, path, flags)?;
@@ -1229,5 +1226,15 @@ mod tests {
         assert_eq!(s.world.qos.len(), 1, "normal always exists");
         assert_eq!(s.hosts.len(), 2);
         assert_eq!(s.hosts[0].inventory.mem_mb, 0);
+    }
+
+    #[test]
+    fn a_qos_priority_may_be_negative() {
+        let text = format!(
+            "[[qos]]\nname = \"burst\"\npriority = -1000000\nidle_fill_preemptable = true\n{BASE}"
+        );
+        let s = parse_scenario(&text, "s.toml").unwrap_or_else(|e| panic!("{e}"));
+        let burst = s.world.qos.iter().find(|q| q.name == "burst");
+        assert_eq!(burst.map(|q| q.priority), Some(-1_000_000));
     }
 }

@@ -117,7 +117,9 @@ impl JobUpdate {
 /// `PolicyChange::SetDecayHalfLife` (a version-14 node cannot read it),
 /// and an account's preempt list is checked and deleting an account or
 /// QOS takes it off every list (a version-14 node would keep dangling
-/// names).
+/// names), a QOS's priority is signed (a version-14 node cannot read a
+/// negative one), and a Relative QOS is the QOS of one partition at most
+/// (a version-14 node would accept a second).
 pub const COMMAND_VERSION: u32 = 15;
 
 /// One Raft log payload.

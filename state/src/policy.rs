@@ -151,6 +151,22 @@ impl PolicyTables {
                         return Err(format!("QOS {}: preempts unknown QOS {p}", q.name));
                     }
                 }
+                if q.flags.relative {
+                    // Its limits are shares of its partition's resources,
+                    // which only mean something for a single partition.
+                    let users: Vec<&str> = self
+                        .partitions_using_qos(&q.name)
+                        .map(|p| p.partition.name.as_str())
+                        .collect();
+                    if users.len() > 1 {
+                        return Err(format!(
+                            "QOS {}: cannot be Relative, it is in use by partitions {} \
+                             (a Relative QOS may be the QOS of one partition only)",
+                            q.name,
+                            users.join(", ")
+                        ));
+                    }
+                }
                 Ok(())
             }
             PolicyChange::DeleteQos(name) => {
@@ -265,6 +281,24 @@ impl PolicyTables {
                         p.partition.name, p.partition.qos
                     ));
                 }
+                let relative = self
+                    .qos
+                    .get(&p.partition.qos)
+                    .is_some_and(|q| q.flags.relative);
+                if relative {
+                    // Re-upserting the partition that already has it is no
+                    // second use.
+                    if let Some(other) = self
+                        .partitions_using_qos(&p.partition.qos)
+                        .find(|o| o.partition.name != p.partition.name)
+                    {
+                        return Err(format!(
+                            "partition {}: QOS {} is Relative and is in use by partition {} \
+                             (a Relative QOS may be the QOS of one partition only)",
+                            p.partition.name, p.partition.qos, other.partition.name
+                        ));
+                    }
+                }
                 if let (Some(lo), Some(hi)) = (p.partition.min_nodes, p.partition.max_nodes) {
                     if lo > hi {
                         return Err(format!(
@@ -286,6 +320,16 @@ impl PolicyTables {
             )),
             PolicyChange::SetDecayHalfLife(_) => Ok(()),
         }
+    }
+
+    /// The partitions whose partition QOS is `qos`, in name order.
+    fn partitions_using_qos<'a>(
+        &'a self,
+        qos: &'a str,
+    ) -> impl Iterator<Item = &'a PartitionRecord> + 'a {
+        self.partitions
+            .values()
+            .filter(move |p| p.partition.qos == qos)
     }
 
     /// An account's preempt list names other accounts that exist, each
@@ -434,6 +478,62 @@ mod tests {
             .is_err());
         assert!(!t.is_empty());
         assert!(PolicyTables::default().is_empty());
+    }
+
+    fn partition(name: &str, qos: &str) -> PolicyChange {
+        let mut p = PartitionRecord::default();
+        p.partition.name = name.into();
+        p.partition.qos = qos.into();
+        PolicyChange::UpsertPartition(p)
+    }
+
+    fn relative(name: &str) -> Qos {
+        let mut q = Qos::named(name);
+        q.flags.relative = true;
+        q
+    }
+
+    #[test]
+    fn a_relative_qos_is_the_qos_of_one_partition_only() {
+        let mut t = PolicyTables::default();
+        upsert(&mut t, PolicyChange::UpsertQos(relative("rel")));
+        upsert(&mut t, partition("a", "rel"));
+        // The partition that has it may be changed again.
+        upsert(&mut t, partition("a", "rel"));
+        let before = t.clone();
+        assert_eq!(
+            t.validate(&partition("b", "rel")),
+            Err(
+                "partition b: QOS rel is Relative and is in use by partition a \
+                 (a Relative QOS may be the QOS of one partition only)"
+                    .into()
+            )
+        );
+        assert_eq!(t, before, "a refusal changes nothing");
+        // A plain QOS may serve many partitions, and then cannot turn
+        // Relative.
+        upsert(&mut t, PolicyChange::UpsertQos(Qos::named("shared")));
+        upsert(&mut t, partition("b", "shared"));
+        upsert(&mut t, partition("c", "shared"));
+        assert_eq!(
+            t.validate(&PolicyChange::UpsertQos(relative("shared"))),
+            Err(
+                "QOS shared: cannot be Relative, it is in use by partitions b, c \
+                 (a Relative QOS may be the QOS of one partition only)"
+                    .into()
+            )
+        );
+        // With one partition left on it, it may.
+        upsert(&mut t, partition("c", ""));
+        upsert(&mut t, PolicyChange::UpsertQos(relative("shared")));
+        assert_eq!(
+            t.validate(&partition("c", "shared")),
+            Err(
+                "partition c: QOS shared is Relative and is in use by partition b \
+                 (a Relative QOS may be the QOS of one partition only)"
+                    .into()
+            )
+        );
     }
 
     fn account(name: &str, preempt: &[&str]) -> Account {

@@ -603,10 +603,17 @@ async fn drill_qos_priority(addr: &str) -> Result<u32, DrillError> {
         .map_err(|e| step("listing QOS")(e.message().to_string()))?
         .into_inner()
         .qos;
-    list.iter()
+    let priority = list
+        .iter()
         .find(|q| q.name == workload::DRILL_QOS)
         .map(|q| q.priority)
-        .ok_or_else(|| step("listing QOS")("the drill QOS is gone".into()))
+        .ok_or_else(|| step("listing QOS")("the drill QOS is gone".into()))?;
+    // The drill writes only u32 priorities; anything else was not its own.
+    u32::try_from(priority).map_err(|_| {
+        step("listing QOS")(format!(
+            "the drill QOS has priority {priority}, which the drill never wrote"
+        ))
+    })
 }
 
 /// Reading attempts before the views are compared anyway.

@@ -187,7 +187,7 @@ pub async fn submitter(n: u32, opts: Arc<WorkloadOptions>, stop: Arc<AtomicBool>
 pub fn drill_qos(priority: u32) -> Qos {
     Qos {
         name: DRILL_QOS.into(),
-        priority,
+        priority: i64::from(priority),
         limits: Some(berth_proto::api::Limits {
             grp_tres: [("cpu".to_string(), DRILL_QOS_CPUS)].into(),
             ..Default::default()

@@ -761,7 +761,7 @@ impl From<LimitsJson> for api::Limits {
 #[serde(deny_unknown_fields, default)]
 pub struct QosJson {
     pub name: String,
-    pub priority: u32,
+    pub priority: i64,
     pub max_wall_s: u64,
     pub max_jobs_per_user: u32,
     pub preempt: Vec<String>,
@@ -1103,6 +1103,10 @@ mod tests {
         let text = serde_json::to_string(&QosJson::from(qos.clone())).expect("serializes");
         let back: QosJson = serde_json::from_str(&text).expect("parses");
         assert_eq!(api::Qos::from(back), qos);
+        // A burst QOS sits at a large negative priority.
+        let burst: QosJson =
+            serde_json::from_str(r#"{"name":"burst","priority":-1000000}"#).expect("parses");
+        assert_eq!(api::Qos::from(burst).priority, -1_000_000);
 
         let account = api::Account {
             name: "team".into(),

@@ -186,3 +186,77 @@ fn borrowed_runs_count_toward_no_quota_and_are_reclaimed_for_a_claim() {
     assert!(plan.evictions.is_empty() && plan.starts.is_empty());
     assert_eq!(plan.reasons.get(&1), Some(&NODE_LIMIT));
 }
+
+/// `world(2)` plus cy in QOS burst: idle_fill_preemptable at a large
+/// negative priority, as the burst pattern sets it; small at priority 0,
+/// so only a signed comparison puts burst below it.
+fn burst_world() -> Snapshot {
+    let mut snap = world(2, None);
+    snap.qos.push(Qos {
+        priority: -1_000_000,
+        idle_fill_preemptable: true,
+        ..Qos::named("burst")
+    });
+    snap.accounts.push(Account {
+        name: "spare".into(),
+        users: vec!["cy".into()],
+        qos: vec!["burst".into()],
+        ..Account::default()
+    });
+    for h in &mut snap.hosts {
+        h.allocated = Resources::cpu_mem(4, 0);
+    }
+    snap
+}
+
+fn run_of(id: u64, user: &str, host: &str, borrowed: bool) -> RunningJob {
+    RunningJob {
+        id,
+        hosts: vec![host.into()],
+        per_host: Resources::cpu_mem(4, 0),
+        end_ms: Some(1_000_000),
+        user: user.into(),
+        borrowed,
+        ..RunningJob::default()
+    }
+}
+
+fn reclaim(job: u64, for_job: u64) -> Eviction {
+    Eviction {
+        job,
+        for_job,
+        cause: EvictCause::Reclaim,
+        requeue: true,
+        alloc_id: 0,
+        grace_s: 0,
+    }
+}
+
+#[test]
+fn a_claim_takes_the_negative_priority_burst_run_first() {
+    let mut snap = burst_world();
+    // h1 has ana's borrowed run (small, 0), h2 cy's burst run: by name h1
+    // would go first, but burst is the cheaper.
+    snap.running = vec![run_of(7, "ana", "h1", true), run_of(8, "cy", "h2", false)];
+    snap.pending = PendingJob::queue([job(1, "bo")]);
+    let plan = schedule(&snap, &on(), 60_000);
+    assert_eq!(plan.evictions, vec![reclaim(8, 1)]);
+}
+
+#[test]
+fn a_borrower_reclaims_from_a_negative_priority_burst_qos_never_the_reverse() {
+    let mut snap = burst_world();
+    // ana holds her one node in quota on h1; cy's burst run is on h2.
+    snap.running = vec![run_of(7, "ana", "h1", false), run_of(8, "cy", "h2", false)];
+    snap.pending = PendingJob::queue([job(1, "ana")]);
+    let plan = schedule(&snap, &on(), 60_000);
+    assert_eq!(plan.evictions, vec![reclaim(8, 1)]);
+
+    // Once ana's second job runs borrowed on h2, cy's burst job (-1000000)
+    // may not take it back from small (0).
+    snap.running = vec![run_of(7, "ana", "h1", false), run_of(1, "ana", "h2", true)];
+    snap.pending = PendingJob::queue([job(8, "cy")]);
+    let plan = schedule(&snap, &on(), 60_000);
+    assert!(plan.evictions.is_empty() && plan.starts.is_empty());
+    assert_eq!(plan.reasons.get(&8), Some(&Reason::Resources));
+}

@@ -178,7 +178,8 @@ with_limit_keys! {
     /// `[[qos]]`, and the `set` of a `modify_qos` or `set_priority` event:
     /// the keys given change, over the QOS's defaults or its current
     /// values. `name` is required in `[[qos]]` and refused in a `set`;
-    /// `priority` is a QOS's (>= 0) or the new priority of `set_priority`.
+    /// `priority` is a QOS's (negative for a burst QOS) or the new
+    /// priority of `set_priority`.
     #[derive(Deserialize, Default, PartialEq)]
     #[serde(deny_unknown_fields, expecting = "a table of QOS keys such as { priority = 10 }")]
     pub struct QosFile {
