@@ -2,16 +2,10 @@
 //! `squeue` or `scancel` it behaves as `berth submit`, `berth queue` or
 //! `berth cancel`, so Slurm users and scripts keep their commands.
 
-mod allocator;
 mod cli;
 
 use cli::Tool;
 use std::process::ExitCode;
-
-/// mimalloc for `berth sim`, glibc's malloc for the short-lived commands
-/// (see `allocator`).
-#[global_allocator]
-static ALLOCATOR: allocator::ChosenAllocator = allocator::ChosenAllocator;
 
 fn main() -> ExitCode {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -176,20 +176,16 @@ async fn bench_large_state(base: &Path, jobs: u64) -> Result<(), Box<dyn std::er
     Ok(())
 }
 
-/// `--open STORE`: the time to open an existing store, migration included.
+/// `--open STORE`: the time to open an existing store.
 fn open_existing(path: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let before = berth_raft_store::check(path)?.format_version;
     let started = Instant::now();
     let store = open(path)?;
     let opened = started.elapsed();
     let loaded = store.state.read().map(|s| s.data.jobs.len()).unwrap_or(0);
     drop(store);
-    let after = berth_raft_store::check(path)?.format_version;
     println!(
-        "open    {} ({loaded} jobs, format {} -> {}): {:.2} s until the state is loaded",
+        "open    {} ({loaded} jobs): {:.2} s until the state is loaded",
         path.display(),
-        before.map_or("?".into(), |v| v.to_string()),
-        after.map_or("?".into(), |v| v.to_string()),
         opened.as_secs_f64()
     );
     Ok(())

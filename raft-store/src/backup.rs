@@ -17,7 +17,8 @@
 //!
 //! CRC-32 is the IEEE 802.3 polynomial (as zlib, gzip and PNG use), computed
 //! by [`crc32`]. A file is accepted only when the magic, the version, both
-//! checksums and every length agree, and the snapshot decodes.
+//! checksums and every length agree, the header's store format is this
+//! berthd's, and the snapshot decodes.
 //!
 //! # Restoring
 //!
@@ -118,6 +119,18 @@ pub enum BackupError {
          {supported}; use a berthd that matches the one that took it"
     )]
     UnsupportedVersion {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
+    /// Taken from a store of another format, older or newer: no format is
+    /// migrated before 1.0.
+    #[error(
+        "backup {path} was taken from a store of format {found}, which is not supported: \
+         this berthd reads format {supported} only; formats may change before 1.0 (use \
+         the berthd version that took it)"
+    )]
+    UnsupportedStoreFormat {
         path: PathBuf,
         found: u32,
         supported: u32,
@@ -233,8 +246,8 @@ impl Backup {
 
     /// Parses and verifies a whole file's bytes; `path` only names the file
     /// in errors. Checks the magic, the version, the header's length and
-    /// checksum, the snapshot's length and checksum, and that nothing
-    /// follows the snapshot. It does not decode the snapshot (see
+    /// checksum, the snapshot's length and checksum, that nothing follows
+    /// the snapshot, and the store format. It does not decode the snapshot (see
     /// [`Backup::decode_state`]).
     pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Backup, BackupError> {
         let header_len = check_prefix(bytes, path)?;
@@ -284,12 +297,12 @@ impl Backup {
                 header.data_crc32
             )));
         }
-        if header.store_format > FORMAT_VERSION {
-            return Err(corrupt(format!(
-                "it was taken from a store of format {}, newer than this berthd supports \
-                 ({FORMAT_VERSION}); use a newer berthd",
-                header.store_format
-            )));
+        if header.store_format != FORMAT_VERSION {
+            return Err(BackupError::UnsupportedStoreFormat {
+                path: path.to_path_buf(),
+                found: header.store_format,
+                supported: FORMAT_VERSION,
+            });
         }
         Ok(Backup {
             header,

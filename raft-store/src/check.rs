@@ -4,7 +4,8 @@
 //! The store is opened read-only (RocksDB's `open_cf_for_read_only`: no
 //! lock, no write, no compaction), so a check can run beside a live node or
 //! on a copy of a damaged directory. Every problem found is listed in the
-//! report; only a store that cannot be opened at all is an error.
+//! report; only a store that cannot be read at all is an error: one that
+//! cannot be opened, or one of another format than this berthd's.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,12 +14,11 @@ use berth_scheduler::{JobState, Resources};
 use openraft::{BasicNode, Entry, LogId, SnapshotMeta, StoredMembership, Vote};
 use rocksdb::{IteratorMode, Options, DB};
 
-use crate::store::format4::{self, Progress};
 use crate::store::{
-    cf, cf_descriptors, db_options, key_to_index, open_error, ALL_CFS, CF_LOGS, CF_META,
+    cf, cf_descriptors, db_options, decode, key_to_index, open_error, ALL_CFS, CF_LOGS, CF_META,
     CF_SM_HOSTS, CF_SM_JOBS, CF_SM_META, CF_SM_REQUESTS, FORMAT_VERSION, KEY_COMMITTED,
-    KEY_COUNTERS, KEY_FORMAT, KEY_LAST_APPLIED, KEY_LAST_PURGED, KEY_MEMBERSHIP,
-    KEY_SNAPSHOT_DATA_V2, KEY_SNAPSHOT_META, KEY_VOTE,
+    KEY_COUNTERS, KEY_FORMAT, KEY_LAST_APPLIED, KEY_LAST_PURGED, KEY_MEMBERSHIP, KEY_SNAPSHOT_META,
+    KEY_VOTE,
 };
 use crate::{NodeId, StoreError, TypeConfig};
 use berth_state::{Counters, HostRecord, JobRecord};
@@ -82,8 +82,9 @@ impl CheckReport {
 /// Verifies the store at `path` read-only and reports what it holds.
 ///
 /// Errors only when the store cannot be read at all (no store there, not
-/// Berth's, RocksDB's own files damaged); everything else it finds wrong is
-/// in [`CheckReport::problems`].
+/// Berth's, RocksDB's own files damaged, a format other than
+/// [`FORMAT_VERSION`], whose values this berthd cannot decode); everything
+/// else it finds wrong is in [`CheckReport::problems`].
 pub fn check(path: &Path) -> Result<CheckReport, StoreError> {
     if path.exists() && !path.is_dir() {
         return Err(StoreError::NotADirectory {
@@ -122,37 +123,17 @@ pub fn check(path: &Path) -> Result<CheckReport, StoreError> {
     // recovery of a WAL left by a crash (it is replayed in memory only).
     let db = DB::open_cf_descriptors_read_only(&db_options(), path, cf_descriptors(), false)
         .map_err(|e| open_error(path, e))?;
-    let values = check_meta(&db, &mut report)?;
-    check_log(&db, &values, &mut report)?;
-    check_state(&db, &values, &mut report)?;
-    check_snapshot(&db, &values, &mut report)?;
+    check_meta(&db, &mut report)?;
+    check_log(&db, &mut report)?;
+    check_state(&db, &mut report)?;
+    check_snapshot(&db, &mut report)?;
     cross_checks(&mut report);
     Ok(report)
-}
-
-/// How the store's values are encoded: by its format, and where a
-/// conversion to format 4 is under way, by how far it got (a check may
-/// run on a store that berthd has not opened since an upgrade).
-struct Values {
-    format: u32,
-    progress: Option<Progress>,
-}
-
-impl Values {
-    fn decode<T: serde::de::DeserializeOwned>(
-        &self,
-        cf_name: &str,
-        key: &[u8],
-        bytes: &[u8],
-    ) -> Result<T, String> {
-        format4::value_encoding(self.format, self.progress.as_ref(), cf_name, key).decode(bytes)
-    }
 }
 
 /// Reads and decodes one key; a value that does not decode is a problem.
 fn read<T: serde::de::DeserializeOwned>(
     db: &DB,
-    values: &Values,
     cf_name: &str,
     key: &[u8],
     what: &str,
@@ -161,7 +142,7 @@ fn read<T: serde::de::DeserializeOwned>(
     let Some(bytes) = db.get_cf(cf(db, cf_name), key)? else {
         return Ok(None);
     };
-    match values.decode(cf_name, key, &bytes) {
+    match decode(&bytes) {
         Ok(v) => Ok(Some(v)),
         Err(e) => {
             report.problem(format!(
@@ -173,55 +154,40 @@ fn read<T: serde::de::DeserializeOwned>(
     }
 }
 
-fn check_meta(db: &DB, report: &mut CheckReport) -> Result<Values, StoreError> {
-    // The format version is JSON in every format.
-    let json = Values {
-        format: 0,
-        progress: None,
-    };
-    report.format_version = read(db, &json, CF_META, KEY_FORMAT, "the format version", report)?;
-    let progress = match format4::read_progress(db) {
-        Ok(p) => p,
-        Err(e) => {
-            report.problem(e);
-            None
-        }
-    };
-    let values = Values {
-        format: report.format_version.unwrap_or(FORMAT_VERSION),
-        progress,
-    };
-    match report.format_version {
+fn check_meta(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
+    // The format version is JSON, so that any berthd reads it. A store
+    // without a readable one is damaged, and read as this format.
+    match db.get_cf(cf(db, CF_META), KEY_FORMAT)? {
         None => report.problem("the format version is missing".into()),
-        Some(v) if v > FORMAT_VERSION => report.problem(format!(
-            "format version {v} is newer than this berthd understands ({FORMAT_VERSION})"
-        )),
-        // An older format is not damage: berthd migrates it at its next
-        // open (the printed format version says which it is).
-        Some(_) => {}
+        Some(bytes) => match serde_json::from_slice::<u32>(&bytes) {
+            Ok(FORMAT_VERSION) => report.format_version = Some(FORMAT_VERSION),
+            Ok(found) => {
+                return Err(StoreError::UnsupportedFormat {
+                    path: report.path.clone(),
+                    found,
+                    supported: FORMAT_VERSION,
+                })
+            }
+            Err(e) => report.problem(format!(
+                "the format version (meta/format_version) does not decode: {e}"
+            )),
+        },
     }
-    report.vote = read(db, &values, CF_META, KEY_VOTE, "the vote", report)?;
-    report.committed = read::<Option<LogId<NodeId>>>(
-        db,
-        &values,
-        CF_META,
-        KEY_COMMITTED,
-        "the committed log id",
-        report,
-    )?
-    .flatten();
+    report.vote = read(db, CF_META, KEY_VOTE, "the vote", report)?;
+    report.committed =
+        read::<Option<LogId<NodeId>>>(db, CF_META, KEY_COMMITTED, "the committed log id", report)?
+            .flatten();
     report.last_purged = read(
         db,
-        &values,
         CF_META,
         KEY_LAST_PURGED,
         "the last purged log id",
         report,
     )?;
-    Ok(values)
+    Ok(())
 }
 
-fn check_log(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(), StoreError> {
+fn check_log(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
     // The first entry after a purge is last_purged + 1; a log never purged
     // starts where openraft put its first entry (index 0 on a bootstrap).
     let mut expected_index: Option<u64> = report.last_purged.map(|l| l.index.saturating_add(1));
@@ -243,7 +209,7 @@ fn check_log(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(), S
             }
         }
         expected_index = Some(index.saturating_add(1));
-        let entry: Entry<TypeConfig> = match values.decode(CF_LOGS, &key, &value) {
+        let entry: Entry<TypeConfig> = match decode(&value) {
             Ok(e) => e,
             Err(e) => {
                 report.problem(format!("log entry {index} does not decode: {e}"));
@@ -278,32 +244,12 @@ fn check_log(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(), S
     Ok(())
 }
 
-fn check_state(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(), StoreError> {
-    report.last_applied = read::<Option<LogId<NodeId>>>(
-        db,
-        values,
-        CF_SM_META,
-        KEY_LAST_APPLIED,
-        "last applied",
-        report,
-    )?
-    .flatten();
-    report.membership = read(
-        db,
-        values,
-        CF_SM_META,
-        KEY_MEMBERSHIP,
-        "the membership",
-        report,
-    )?;
-    report.counters = read(
-        db,
-        values,
-        CF_SM_META,
-        KEY_COUNTERS,
-        "the id counters",
-        report,
-    )?;
+fn check_state(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
+    report.last_applied =
+        read::<Option<LogId<NodeId>>>(db, CF_SM_META, KEY_LAST_APPLIED, "last applied", report)?
+            .flatten();
+    report.membership = read(db, CF_SM_META, KEY_MEMBERSHIP, "the membership", report)?;
+    report.counters = read(db, CF_SM_META, KEY_COUNTERS, "the id counters", report)?;
 
     let mut max_job_id = 0u64;
     let mut max_alloc_id = 0u64;
@@ -316,7 +262,7 @@ fn check_state(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(),
             report.problem(format!("a job key is {} bytes, not 8", key.len()));
             continue;
         };
-        let record: JobRecord = match values.decode(CF_SM_JOBS, &key, &value) {
+        let record: JobRecord = match decode(&value) {
             Ok(r) => r,
             Err(e) => {
                 report.problem(format!("job {id} does not decode: {e}"));
@@ -350,7 +296,7 @@ fn check_state(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(),
     for item in db.iterator_cf(cf(db, CF_SM_HOSTS), IteratorMode::Start) {
         let (key, value) = item?;
         let name = String::from_utf8_lossy(&key).into_owned();
-        match values.decode::<HostRecord>(CF_SM_HOSTS, &key, &value) {
+        match decode::<HostRecord>(&value) {
             Ok(record) => {
                 if record.name != name {
                     report.problem(format!(
@@ -378,7 +324,7 @@ fn check_state(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(),
         let (key, value) = item?;
         let request_id = String::from_utf8_lossy(&key).into_owned();
         report.request_ids += 1;
-        match values.decode::<u64>(CF_SM_REQUESTS, &key, &value) {
+        match decode::<u64>(&value) {
             Ok(job_id) if !job_ids.contains(&job_id) => report.problem(format!(
                 "request id {request_id} names job {job_id}, which does not exist"
             )),
@@ -410,10 +356,9 @@ fn check_state(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(),
     Ok(())
 }
 
-fn check_snapshot(db: &DB, values: &Values, report: &mut CheckReport) -> Result<(), StoreError> {
+fn check_snapshot(db: &DB, report: &mut CheckReport) -> Result<(), StoreError> {
     let meta: Option<SnapshotMeta<NodeId, BasicNode>> = read(
         db,
-        values,
         CF_SM_META,
         KEY_SNAPSHOT_META,
         "the snapshot metadata",
@@ -424,18 +369,6 @@ fn check_snapshot(db: &DB, values: &Values, report: &mut CheckReport) -> Result<
             snapshot_id: meta.snapshot_id,
             last_log_id: meta.last_log_id,
         });
-    }
-    // Format 2's bytes, which opening the store removes; a store that
-    // opened and still has them was written by something else.
-    let format = report.format_version.unwrap_or(0);
-    if format >= 3
-        && db
-            .get_cf(cf(db, CF_SM_META), KEY_SNAPSHOT_DATA_V2)?
-            .is_some()
-    {
-        report.problem(format!(
-            "a format 2 snapshot's bytes are stored in a format {format} store"
-        ));
     }
     Ok(())
 }

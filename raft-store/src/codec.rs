@@ -1,5 +1,5 @@
 //! How values are encoded where JSON's cost showed: the store's values
-//! (format 4 on) and the Raft messages between nodes.
+//! and the Raft messages between nodes.
 //!
 //! MessagePack with field names: structs are maps keyed by field name and
 //! enum variants are named, so a value written by one version reads in
@@ -19,8 +19,8 @@ use std::io::Cursor;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-/// An encoding of stored values and Raft payloads: JSON (formats 1 to 3,
-/// and peers of earlier versions) or MessagePack ([`to_vec`]).
+/// An encoding of Raft payloads: JSON or MessagePack ([`to_vec`]). The
+/// store's values are MessagePack only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Encoding {
     Json,

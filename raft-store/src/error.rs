@@ -31,11 +31,14 @@ pub enum StoreError {
          point data_dir at an empty or Berth-owned directory"
     )]
     Foreign { path: PathBuf },
+    /// A store of another format, older or newer: no format is migrated
+    /// before 1.0.
     #[error(
-        "the store at {path} has format version {found}, newer than this berthd supports \
-         ({supported}); run a newer berthd"
+        "store format {found} at {path} is not supported: this berthd reads format \
+         {supported} only; formats may change before 1.0 (restore from a backup taken \
+         with this version)"
     )]
-    NewerFormat {
+    UnsupportedFormat {
         path: PathBuf,
         found: u32,
         supported: u32,
@@ -45,7 +48,7 @@ pub enum StoreError {
     #[error("cannot start the {thread} thread for the store at {path}: {source}")]
     StoreThread {
         path: PathBuf,
-        /// Which thread: "WAL sync" or "WAL preallocation".
+        /// Which thread: "WAL sync".
         thread: &'static str,
         #[source]
         source: std::io::Error,

@@ -17,9 +17,6 @@
 //! (`store/wal_sync`). A `kill -9` or a power loss
 //! therefore never loses what was acknowledged, and a batch is either
 //! wholly there or not at all.
-//! The live WAL file is kept longer than its writes (`store/wal_prealloc`),
-//! which changes what those fsyncs write (the data, not the file's size),
-//! not what they guarantee.
 //!
 //! An apply batch is written to the same WAL without its own fsync (as
 //! etcd's backend commits without one): it is derived data. Every column
@@ -50,7 +47,7 @@ use crate::snapshot_data::{self, SnapshotData};
 /// A RocksDB snapshot of the store: reads as of one sequence number.
 pub(crate) type RocksSnapshot<'a> = rocksdb::SnapshotWithThreadMode<'a, DB>;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::apply_entry::{apply_entry, AppliedMeta};
@@ -61,19 +58,13 @@ use crate::{NodeId, TypeConfig};
 use berth_state::command::{Command, Response};
 use berth_state::{Counters, Dirty, SharedState, SmData, SmState};
 
-/// Version of the on-disk layout. A store written with a higher version is
-/// refused at open; a lower one is migrated at open.
-///
-/// - 1: the current snapshot as one JSON value under `sm_meta/snapshot`
-///   (its bytes as a JSON array of numbers).
-/// - 2: the snapshot's metadata under `sm_meta/snapshot_meta` and its raw
-///   bytes under `sm_meta/snapshot_data`, so a large snapshot is stored as
-///   is instead of inflated about fourfold.
-/// - 3: the snapshot's metadata only: its bytes are serialized from the
-///   state-machine tables when a follower needs them.
-/// - 4: every value MessagePack with field names instead of JSON
-///   ([`crate::codec`]), except the format version itself, which every
-///   format writes as JSON ([`format4`]).
+/// Version of the on-disk layout: every value MessagePack with field names
+/// ([`crate::codec`]), except the format version itself, which is JSON so
+/// that any berthd reads it; a snapshot's metadata only under
+/// `sm_meta/snapshot_meta` (its bytes are serialized from the tables when a
+/// follower needs them). A store of any other version, older or newer, is
+/// refused at open: formats may change before 1.0, and no format before
+/// this one was released, so none is migrated.
 pub const FORMAT_VERSION: u32 = 4;
 
 pub(crate) const CF_META: &str = "meta";
@@ -106,11 +97,7 @@ pub(crate) const KEY_COUNTERS: &[u8] = b"counters";
 pub(crate) const KEY_POLICY: &[u8] = b"policy";
 /// Decayed usage for fair share: one value, like the policy.
 pub(crate) const KEY_USAGE: &[u8] = b"usage";
-/// Format 1's snapshot key; migrated away at open.
-const KEY_SNAPSHOT_V1: &[u8] = b"snapshot";
 pub(crate) const KEY_SNAPSHOT_META: &[u8] = b"snapshot_meta";
-/// Format 2's snapshot bytes; migrated away at open.
-pub(crate) const KEY_SNAPSHOT_DATA_V2: &[u8] = b"snapshot_data";
 
 /// Exclusive upper bound of every state-machine key: job keys are 8-byte
 /// big-endian ids and 0xFF never occurs in UTF-8 strings, so
@@ -132,8 +119,8 @@ pub struct StoreHandles {
 /// Opens (or creates) the store under `path`.
 ///
 /// Refuses, without changing anything, a path that is a file, a directory
-/// that holds something other than a Berth store, a store written by a
-/// newer format, and a store that is damaged (RocksDB's own files, a
+/// that holds something other than a Berth store, a store of any format
+/// but [`FORMAT_VERSION`], and a store that is damaged (RocksDB's own files, a
 /// missing column family or format version, metadata that does not
 /// decode).
 pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
@@ -166,14 +153,6 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
     loaded.set_applied_index(applied_index);
     let state: SharedState = Arc::new(RwLock::new(loaded));
     let (applied_tx, applied) = watch::channel(applied_index);
-    let preallocator =
-        wal_prealloc::WalPreallocator::start(path.to_path_buf()).map_err(|source| {
-            StoreError::StoreThread {
-                path: path.to_path_buf(),
-                thread: "WAL preallocation",
-                source,
-            }
-        })?;
     let syncer =
         wal_sync::WalSyncer::start(db.clone()).map_err(|source| StoreError::StoreThread {
             path: path.to_path_buf(),
@@ -185,7 +164,6 @@ pub fn open(path: &Path) -> Result<StoreHandles, StoreError> {
             db: db.clone(),
             recent: Arc::default(),
             syncer: Arc::new(syncer),
-            _preallocator: Arc::new(preallocator),
             local_node: Arc::default(),
         },
         state_machine: StateMachineStore {
@@ -213,7 +191,7 @@ pub(crate) fn cf_options(name: &str) -> Options {
         // insert is a search from the top. A vector memtable appends
         // and sorts once, when it is flushed or read; the ids live in
         // memory, so this column family is read only at open, for a
-        // snapshot, by `store check` and by a format conversion.
+        // snapshot and by `store check`.
         opts.set_memtable_factory(rocksdb::MemtableFactory::Vector);
     }
     opts
@@ -332,79 +310,30 @@ pub(crate) fn open_error(path: &Path, source: rocksdb::Error) -> StoreError {
     }
 }
 
+/// Refuses a store of any format but [`FORMAT_VERSION`], before anything
+/// else of it is read (its values may be in another encoding).
 fn check_format(db: &DB, path: &Path) -> Result<(), StoreError> {
-    let meta = cf(db, CF_META);
-    match db.get_cf(meta, KEY_FORMAT)? {
-        Some(bytes) => {
-            let found: u32 = serde_json::from_slice(&bytes).map_err(|e| StoreError::Corrupt {
-                path: path.to_path_buf(),
-                detail: format!("format version unreadable: {e}"),
-            })?;
-            if found > FORMAT_VERSION {
-                return Err(StoreError::NewerFormat {
-                    path: path.to_path_buf(),
-                    found,
-                    supported: FORMAT_VERSION,
-                });
-            }
-            if found < FORMAT_VERSION {
-                migrate(db, path, found)?;
-            }
-            Ok(())
-        }
-        // Stores are created with their format version (see `create`), so
-        // one without it is damaged.
-        None => Err(StoreError::Corrupt {
+    match read_format(db, path)? {
+        FORMAT_VERSION => Ok(()),
+        found => Err(StoreError::UnsupportedFormat {
             path: path.to_path_buf(),
-            detail: "the format version (meta/format_version) is missing".into(),
+            found,
+            supported: FORMAT_VERSION,
         }),
     }
 }
 
-/// Format 1's snapshot, as it was stored (its bytes are not read).
-#[derive(Deserialize)]
-struct StoredSnapshotV1 {
-    meta: SnapshotMeta<NodeId, BasicNode>,
-}
-
-/// Brings an older store to [`FORMAT_VERSION`]. Formats 1 and 2 become 3
-/// in one synced batch, so a crash leaves either the old layout or the new
-/// one: the stored snapshot keeps its metadata and loses its bytes, which
-/// the tables hold anyway. Format 3 becomes 4 in bounded batches that a
-/// crash leaves resumable ([`format4`]).
-fn migrate(db: &DB, path: &Path, from: u32) -> Result<(), StoreError> {
+/// The format version the store records. Stores are created with it (see
+/// `create`), so one without it is damaged.
+fn read_format(db: &DB, path: &Path) -> Result<u32, StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {
         path: path.to_path_buf(),
         detail,
     };
-    if !(1..=3).contains(&from) {
-        return Err(corrupt(format!("unknown format version {from}")));
-    }
-    if from < 3 {
-        let sm_meta = cf(db, CF_SM_META);
-        let mut batch = WriteBatch::default();
-        if let Some(bytes) = db.get_cf(sm_meta, KEY_SNAPSHOT_V1)? {
-            let old: StoredSnapshotV1 = serde_json::from_slice(&bytes)
-                .map_err(|e| corrupt(format!("format 1 snapshot unreadable: {e}")))?;
-            batch.put_cf(sm_meta, KEY_SNAPSHOT_META, serde_json::to_vec(&old.meta)?);
-            batch.delete_cf(sm_meta, KEY_SNAPSHOT_V1);
-        }
-        batch.delete_cf(sm_meta, KEY_SNAPSHOT_DATA_V2);
-        batch.put_cf(cf(db, CF_META), KEY_FORMAT, encode_format(3)?);
-        db.write_opt(batch, &synced())?;
-    }
-    let started = std::time::Instant::now();
-    let converted = format4::convert_to_messagepack(db)
-        .map_err(|e| corrupt(format!("converting to format 4: {e}")))?;
-    tracing::info!(
-        path = %path.display(),
-        from,
-        to = FORMAT_VERSION,
-        values_converted = converted,
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "store format migrated"
-    );
-    Ok(())
+    let bytes = db
+        .get_cf(cf(db, CF_META), KEY_FORMAT)?
+        .ok_or_else(|| corrupt("the format version (meta/format_version) is missing".into()))?;
+    serde_json::from_slice(&bytes).map_err(|e| corrupt(format!("format version unreadable: {e}")))
 }
 
 /// Decodes the Raft metadata and the last log entry, so a damaged store is
@@ -514,7 +443,7 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
 }
 
 /// The format version as every format stores it: JSON, so any berthd reads
-/// it and refuses a format newer than its own by name.
+/// it and refuses a format other than its own by name.
 pub(crate) fn encode_format(format: u32) -> Result<Vec<u8>, serde_json::Error> {
     serde_json::to_vec(&format)
 }
@@ -529,10 +458,6 @@ pub struct LogStore {
     /// Makes [`RaftLogStorage::append`]'s batches durable and tells
     /// openraft: see [`wal_sync`].
     syncer: Arc<wal_sync::WalSyncer>,
-    /// Keeps the live WAL file longer than its writes, so that those
-    /// syncs leave its size alone: see [`wal_prealloc`]. Held for its
-    /// thread's lifetime only.
-    _preallocator: Arc<wal_prealloc::WalPreallocator>,
     /// This node's id once the node has said it ([`LogStore::set_local_node`]):
     /// how `append` tells entries it leads from entries it follows.
     local_node: Arc<std::sync::OnceLock<NodeId>>,
@@ -917,7 +842,7 @@ fn write_sm_meta(
 /// and each apply batch is one `WriteBatch`, so the result is the state
 /// after exactly one apply batch. No lock is taken: apply goes on while this
 /// runs. Records are stored as MessagePack and written out as JSON (the
-/// snapshot's encoding since format 1, which every version installs).
+/// snapshot's encoding).
 pub(crate) fn serialize_state(db: &DB) -> Result<SerializedState, StoreError> {
     serialize_state_at(db, &db.snapshot())
 }
@@ -1282,9 +1207,7 @@ pub fn store_path(data_dir: &Path) -> PathBuf {
     data_dir.join("raft")
 }
 
-pub(crate) mod format4;
 mod recent;
-mod wal_prealloc;
 mod wal_sync;
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use berth_raft_store::backup::{self, restored_log_id, BACKUP_PREFIX_BYTES};
-use berth_raft_store::store::store_path;
+use berth_raft_store::store::{store_path, FORMAT_VERSION};
 use berth_raft_store::{open, Backup, BackupError, StoreHandles, TypeConfig};
 use berth_scheduler::JobSpec;
 use berth_state::{Command, Request};
@@ -226,8 +226,21 @@ fn damaged_truncated_and_foreign_files_are_refused_and_change_nothing() {
     )
     .to_bytes()
     .expect("encode");
+    let of_store_format = |format: u32| {
+        let mut other = backup.clone();
+        other.header.store_format = format;
+        other.to_bytes().expect("encode")
+    };
     let mut trailing = good.clone();
     trailing.push(b'\n');
+    let store_format_refused = |found: u32| {
+        format!(
+            "store of format {found}, which is not supported: this berthd reads format \
+             {FORMAT_VERSION} only"
+        )
+    };
+    let older_store_format = store_format_refused(FORMAT_VERSION - 1);
+    let newer_store_format = store_format_refused(FORMAT_VERSION + 1);
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("empty", Vec::new(), "is not a Berth backup"),
         (
@@ -259,6 +272,16 @@ fn damaged_truncated_and_foreign_files_are_refused_and_change_nothing() {
         ),
         ("bytes after the snapshot", trailing, "follow the"),
         ("newer file format", with_version, "file format version 2"),
+        (
+            "older store format",
+            of_store_format(FORMAT_VERSION - 1),
+            older_store_format.as_str(),
+        ),
+        (
+            "newer store format",
+            of_store_format(FORMAT_VERSION + 1),
+            newer_store_format.as_str(),
+        ),
         ("snapshot does not decode", undecodable, "does not decode"),
     ];
     for (what, bytes, expect) in cases {

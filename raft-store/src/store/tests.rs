@@ -3,7 +3,6 @@
 
 use openraft::testing::{StoreBuilder, Suite};
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use openraft::StorageError;
 use tempfile::TempDir;
@@ -85,23 +84,53 @@ fn foreign_directory_is_refused() {
     }
 }
 
+/// A store that claims `format`, as a berthd of that format would leave it
+/// closed; its other values are whatever this version wrote.
+fn store_of_format(dir: &Path, format: u32) {
+    let handles = populated(dir, 3);
+    let db = handles.log.db.clone();
+    db.put_cf(
+        cf(&db, CF_META),
+        KEY_FORMAT,
+        encode_format(format).expect("enc"),
+    )
+    .expect("put");
+}
+
 #[test]
-fn newer_format_is_refused() {
-    let dir = TempDir::new().expect("tempdir");
-    {
-        let handles = open(dir.path()).expect("open");
-        let db = handles.log.db.clone();
-        db.put_cf(
-            cf(&db, CF_META),
-            KEY_FORMAT,
-            encode_format(FORMAT_VERSION + 1).expect("enc"),
-        )
-        .expect("put");
-    }
-    match open(dir.path()) {
-        Err(StoreError::NewerFormat { found, .. }) => assert_eq!(found, FORMAT_VERSION + 1),
-        Err(e) => panic!("wrong error: {e}"),
-        Ok(_) => panic!("a newer store was opened"),
+fn a_store_of_another_format_is_refused_naming_both_formats() {
+    for found in [FORMAT_VERSION - 1, FORMAT_VERSION + 1, 0, u32::MAX] {
+        let dir = TempDir::new().expect("tempdir");
+        store_of_format(dir.path(), found);
+        let err = match open(dir.path()) {
+            Err(e @ StoreError::UnsupportedFormat { .. }) => e,
+            Err(e) => panic!("format {found}: wrong error: {e}"),
+            Ok(_) => panic!("a store of format {found} was opened"),
+        };
+        let message = err.to_string();
+        for needle in [
+            format!(
+                "store format {found} at {} is not supported",
+                dir.path().display()
+            ),
+            format!("this berthd reads format {FORMAT_VERSION} only"),
+            "formats may change before 1.0".to_string(),
+            "restore from a backup".to_string(),
+        ] {
+            assert!(message.contains(&needle), "format {found}: {message}");
+        }
+        // Still of its format, and refused by a check as well.
+        match crate::check::check(dir.path()) {
+            Err(StoreError::UnsupportedFormat {
+                found: f,
+                supported,
+                ..
+            }) => {
+                assert_eq!((f, supported), (found, FORMAT_VERSION));
+            }
+            Err(e) => panic!("format {found}: check: wrong error: {e}"),
+            Ok(r) => panic!("format {found}: check read the store: {r:?}"),
+        }
     }
 }
 
@@ -440,16 +469,6 @@ fn store_missing_column_families_is_refused_untouched() {
     );
 }
 
-/// A snapshot's metadata as an older format stored it, below what
-/// `populated` applies.
-fn older_snapshot_meta() -> SnapshotMeta<NodeId, BasicNode> {
-    SnapshotMeta {
-        last_log_id: Some(log_id(1, 4)),
-        last_membership: StoredMembership::default(),
-        snapshot_id: "1-1-4".into(),
-    }
-}
-
 /// The format version the store records.
 fn stored_format(db: &DB) -> u32 {
     serde_json::from_slice(
@@ -458,256 +477,6 @@ fn stored_format(db: &DB) -> u32 {
             .expect("format"),
     )
     .expect("dec")
-}
-
-/// Leaves a populated store under `dir` as format `format` wrote it:
-/// every value JSON, `write_snapshot` puts that format's snapshot keys, and
-/// the store is stamped with the format and closed.
-fn older_format_store(dir: &Path, format: u32, write_snapshot: impl FnOnce(&DB)) {
-    older_format_store_of(dir, format, 3, write_snapshot);
-}
-
-/// [`older_format_store`] with `jobs` jobs; returns the state it holds.
-fn older_format_store_of(
-    dir: &Path,
-    format: u32,
-    jobs: u64,
-    write_snapshot: impl FnOnce(&DB),
-) -> (AppliedMeta, SmData) {
-    assert!(format < format4::FORMAT_MESSAGEPACK);
-    let handles = populated(dir, jobs);
-    let db = handles.log.db.clone();
-    values_to_json(&db);
-    write_snapshot(&db);
-    db.put_cf(
-        cf(&db, CF_META),
-        KEY_FORMAT,
-        encode_format(format).expect("enc"),
-    )
-    .expect("put");
-    let data = handles.state.read().expect("lock").data.clone();
-    (handles.state_machine.applied_meta.clone(), data)
-}
-
-/// Rewrites every stored value as JSON, as formats 1 to 3 stored them.
-fn values_to_json(db: &DB) {
-    for name in ALL_CFS {
-        let mut batch = WriteBatch::default();
-        for item in db.iterator_cf(cf(db, name), IteratorMode::Start) {
-            let (key, value) = item.expect("read");
-            if name == CF_META && key.as_ref() == KEY_FORMAT {
-                continue;
-            }
-            let json = format4::transcode(
-                name,
-                &key,
-                &value,
-                crate::codec::Encoding::MessagePack,
-                crate::codec::Encoding::Json,
-            )
-            .expect("transcode");
-            batch.put_cf(cf(db, name), &key, json);
-        }
-        db.write(batch).expect("write");
-    }
-}
-
-#[test]
-fn format_1_snapshot_is_migrated() {
-    let dir = TempDir::new().expect("tempdir");
-    let meta = older_snapshot_meta();
-    older_format_store(dir.path(), 1, |db| {
-        #[derive(Serialize)]
-        struct V1<'a> {
-            meta: &'a SnapshotMeta<NodeId, BasicNode>,
-            data: Vec<u8>,
-        }
-        let v1 = V1 {
-            meta: &meta,
-            data: b"{\"payload\":1}".to_vec(),
-        };
-        db.put_cf(
-            cf(db, CF_SM_META),
-            KEY_SNAPSHOT_V1,
-            serde_json::to_vec(&v1).expect("enc"),
-        )
-        .expect("put");
-    });
-    let mut handles = open(dir.path()).expect("a format 1 store opens");
-    let db = handles.log.db.clone();
-    assert_eq!(
-        stored_snapshot_meta(&db).expect("read"),
-        Some(meta),
-        "the snapshot's metadata survived migration"
-    );
-    assert!(db
-        .get_cf(cf(&db, CF_SM_META), KEY_SNAPSHOT_V1)
-        .expect("get")
-        .is_none());
-    // Its bytes did not: the current snapshot is the tables' state.
-    let snapshot = runtime()
-        .block_on(handles.state_machine.get_current_snapshot())
-        .expect("read")
-        .expect("a snapshot");
-    let applied = handles.state_machine.applied_meta.last_applied;
-    assert_eq!(snapshot.meta.last_log_id, applied);
-}
-
-#[test]
-fn format_2_snapshot_bytes_are_dropped() {
-    let dir = TempDir::new().expect("tempdir");
-    let meta = older_snapshot_meta();
-    older_format_store(dir.path(), 2, |db| {
-        let sm_meta = cf(db, CF_SM_META);
-        db.put_cf(
-            sm_meta,
-            KEY_SNAPSHOT_META,
-            serde_json::to_vec(&meta).expect("enc"),
-        )
-        .expect("put");
-        db.put_cf(sm_meta, KEY_SNAPSHOT_DATA_V2, b"{}")
-            .expect("put");
-    });
-    let handles = open(dir.path()).expect("a format 2 store opens");
-    let db = handles.log.db.clone();
-    assert_eq!(stored_snapshot_meta(&db).expect("read"), Some(meta));
-    assert!(db
-        .get_cf(cf(&db, CF_SM_META), KEY_SNAPSHOT_DATA_V2)
-        .expect("get")
-        .is_none());
-    assert_eq!(stored_format(&db), FORMAT_VERSION);
-}
-
-/// Every value of the store at `dir` decodes as MessagePack, as the type
-/// stored under its key, and nothing records a conversion under way.
-fn assert_all_messagepack(db: &DB) {
-    for name in ALL_CFS {
-        for item in db.iterator_cf(cf(db, name), IteratorMode::Start) {
-            let (key, value) = item.expect("read");
-            if name == CF_META && key.as_ref() == KEY_FORMAT {
-                continue;
-            }
-            format4::transcode(
-                name,
-                &key,
-                &value,
-                crate::codec::Encoding::MessagePack,
-                crate::codec::Encoding::MessagePack,
-            )
-            .unwrap_or_else(|e| panic!("{name}/{}: {e}", String::from_utf8_lossy(&key)));
-        }
-    }
-    assert!(format4::read_progress(db).expect("progress").is_none());
-}
-
-#[test]
-fn format_3_json_values_are_converted() {
-    let dir = TempDir::new().expect("tempdir");
-    let (applied_before, before) = older_format_store_of(dir.path(), 3, 12, |_| {});
-    let report = crate::check::check(dir.path()).expect("check");
-    assert!(
-        report.is_ok(),
-        "a format 3 store checks clean: {:?}",
-        report.problems
-    );
-    assert_eq!(report.format_version, Some(3));
-    assert_eq!(report.jobs, 12);
-
-    let handles = open(dir.path()).expect("a format 3 store opens");
-    let db = handles.log.db.clone();
-    assert_eq!(stored_format(&db), FORMAT_VERSION);
-    assert_all_messagepack(&db);
-    {
-        let state = handles.state.read().expect("lock");
-        same_state(&SmState::from_data(before.clone()), &state);
-        assert_eq!(handles.state_machine.applied_meta, applied_before);
-        assert_eq!(state.data.policy, before.policy);
-        assert_eq!(state.data.usage, before.usage);
-    }
-    // The log reads back whole, as openraft will read it.
-    let mut log = handles.log.clone();
-    let entries = runtime()
-        .block_on(log.try_get_log_entries(0..u64::MAX))
-        .expect("read log");
-    assert_eq!(entries.len() as u64, report.log_entries);
-    drop(handles);
-    let report = crate::check::check(dir.path()).expect("check");
-    assert!(report.is_ok(), "{:?}", report.problems);
-    assert_eq!(report.format_version, Some(FORMAT_VERSION));
-}
-
-#[test]
-fn an_interrupted_conversion_resumes() {
-    let dir = TempDir::new().expect("tempdir");
-    let (applied_before, before) = older_format_store_of(dir.path(), 3, 20, |_| {});
-    {
-        // What a crash leaves: three batches of five values written (the
-        // metadata, then ten log entries), the rest still JSON.
-        let handles = open_unmigrated(dir.path());
-        let done = format4::convert_batches(&handles, 5, 3).expect("convert");
-        assert!(!done.finished);
-        let progress = format4::read_progress(&handles)
-            .expect("progress")
-            .expect("a conversion under way");
-        assert_eq!(progress.cf, CF_LOGS);
-        assert!(progress.after.is_some());
-    }
-    // A check reads each value in the encoding it is in.
-    let report = crate::check::check(dir.path()).expect("check");
-    assert!(report.is_ok(), "mid-conversion: {:?}", report.problems);
-    assert_eq!(report.format_version, Some(3));
-    assert_eq!(report.jobs, 20);
-    {
-        // Resumed a few batches at a time, across the tables' boundaries.
-        let handles = open_unmigrated(dir.path());
-        let mut rounds = 0;
-        while !format4::convert_batches(&handles, 5, 2)
-            .expect("convert")
-            .finished
-        {
-            rounds += 1;
-            assert!(rounds < 100, "the conversion does not end");
-            let report = crate::check::check(dir.path()).expect("check");
-            assert!(report.is_ok(), "round {rounds}: {:?}", report.problems);
-        }
-        assert!(rounds > 3, "the conversion took {rounds} rounds");
-    }
-    let handles = open(dir.path()).expect("a converted store opens");
-    let db = handles.log.db.clone();
-    assert_eq!(stored_format(&db), FORMAT_VERSION);
-    assert_all_messagepack(&db);
-    same_state(
-        &SmState::from_data(before),
-        &handles.state.read().expect("lock"),
-    );
-    assert_eq!(handles.state_machine.applied_meta, applied_before);
-}
-
-/// The store's RocksDB opened without `open`'s format check, which would
-/// finish a conversion.
-fn open_unmigrated(dir: &Path) -> DB {
-    DB::open_cf_descriptors(&db_options(), dir, cf_descriptors()).expect("open")
-}
-
-#[test]
-fn a_value_that_does_not_convert_names_its_key() {
-    let dir = TempDir::new().expect("tempdir");
-    older_format_store_of(dir.path(), 3, 4, |db| {
-        db.put_cf(cf(db, CF_SM_JOBS), index_key(2), b"{\"job\":")
-            .expect("put");
-    });
-    let message = expect_corrupt(open(dir.path()), "an unconvertible job");
-    assert!(message.contains("format 4"), "{message}");
-    assert!(message.contains("sm_jobs/2"), "{message}");
-    // The store stays format 3, converted up to the jobs table (the batch
-    // that held job 2 was not written).
-    let db = open_unmigrated(dir.path());
-    assert_eq!(stored_format(&db), 3);
-    let progress = format4::read_progress(&db)
-        .expect("read")
-        .expect("progress");
-    assert_eq!(progress.cf, CF_SM_JOBS);
-    assert_eq!(progress.after, None);
 }
 
 // ---- snapshots ------------------------------------------------------------
@@ -1042,74 +811,6 @@ fn request_ids_use_a_vector_memtable_and_survive_a_reopen() {
     let state = reopened.state.read().expect("lock");
     assert_eq!(state.data.request_ids.len(), 50);
     same_state(&SmState::from_data(expected), &state);
-}
-
-/// The store's newest WAL file and its length.
-fn live_wal_len(dir: &Path) -> Option<(PathBuf, u64)> {
-    wal_prealloc::newest_wal(dir).expect("list").map(|p| {
-        let len = std::fs::metadata(&p).expect("stat").len();
-        (p, len)
-    })
-}
-
-/// What a crash leaves, copied while the store is open: its files as the
-/// kernel holds them, RocksDB not having closed (and trimmed) anything.
-fn copy_open_store(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for entry in std::fs::read_dir(from).expect("list").flatten() {
-        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
-    }
-}
-
-#[test]
-fn a_crash_with_the_live_wal_extended_past_its_writes_loses_nothing() {
-    const JOBS: u64 = 300;
-    const EXTENDED_DEADLINE_MS: u64 = 10_000;
-    let dir = TempDir::new().expect("tempdir");
-    let store = dir.path().join("store");
-    let handles = populated(&store, JOBS);
-    // The thread looks at once and then every 200 ms.
-    let deadline = std::time::Instant::now() + Duration::from_millis(EXTENDED_DEADLINE_MS);
-    let (wal, len) = loop {
-        let (wal, len) = live_wal_len(&store).expect("a WAL");
-        if len >= wal_prealloc::ROOM.extend_bytes {
-            break (wal, len);
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the live WAL {} is {len} bytes after {EXTENDED_DEADLINE_MS} ms",
-            wal.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let crashed = dir.path().join("crashed");
-    copy_open_store(&store, &crashed);
-    let (_, copied_len) = live_wal_len(&crashed).expect("a WAL");
-    assert_eq!(
-        copied_len,
-        len,
-        "the copy has the zero tail of {}",
-        wal.display()
-    );
-    let log_len = |handles: &StoreHandles| {
-        let mut log = handles.log.clone();
-        runtime()
-            .block_on(log.try_get_log_entries(0..u64::MAX))
-            .expect("read log")
-            .len()
-    };
-    let entries = log_len(&handles);
-    drop(handles);
-
-    for reopen in 0..2 {
-        let handles = open(&crashed).expect("the crashed store opens");
-        assert_eq!(log_len(&handles), entries, "reopen {reopen}");
-        let state = handles.state.read().expect("lock");
-        assert_eq!(state.jobs().count() as u64, JOBS, "reopen {reopen}");
-    }
-    let report = crate::check::check(&crashed).expect("check");
-    assert!(report.is_ok(), "{:?}", report.problems);
-    assert_eq!(report.jobs, JOBS);
 }
 
 /// Where a snapshot's bytes say their state stands in the log.
