@@ -413,7 +413,8 @@ pub fn apply_qos(qos: &mut Qos, settings: &[Assign]) -> Result<(), SacctmgrError
             "flags" => apply_list(&mut qos.flags, a)?,
             "gracetime" => {
                 scalar(a)?;
-                qos.grace_time_s = number(a)?;
+                // 0 is "none" on the wire: the agents' stop grace applies.
+                qos.grace_time_s = if a.value == "-1" { 0 } else { number(a)? };
             }
             "usagefactor" => {
                 scalar(a)?;
@@ -427,7 +428,11 @@ pub fn apply_qos(qos: &mut Qos, settings: &[Assign]) -> Result<(), SacctmgrError
             }
             "usagethreshold" | "usagethres" => {
                 scalar(a)?;
-                qos.usage_threshold = Some(number(a)?);
+                qos.usage_threshold = if a.value == "-1" {
+                    None
+                } else {
+                    Some(number(a)?)
+                };
             }
             "preemptmode" => {
                 scalar(a)?;
@@ -1219,6 +1224,20 @@ mod tests {
                 .to_string(),
             "usagefactor cannot be used with += or -="
         );
+    }
+
+    /// GraceTime and UsageThreshold clear with -1 too, as every limit does.
+    #[test]
+    fn grace_time_and_usage_threshold_clear_with_minus_one() {
+        let mut q = Qos::default();
+        let set = |q: &mut Qos, line: &str| {
+            let r = parse_request(&words(line)).expect("parses");
+            apply_qos(q, &r.settings)
+        };
+        set(&mut q, "modify qos x set GraceTime=60 UsageThreshold=0.5").expect("valid");
+        assert_eq!((q.grace_time_s, q.usage_threshold), (60, Some(0.5)));
+        set(&mut q, "modify qos x set GraceTime=-1 UsageThreshold=-1").expect("-1 clears");
+        assert_eq!((q.grace_time_s, q.usage_threshold), (0, None));
     }
 
     #[test]
