@@ -141,9 +141,11 @@ pub fn state_from_proto(s: api::JobState) -> Option<JobState> {
 /// `Priority` before the first pass has seen it), `None` otherwise.
 pub fn effective_reason(record: &JobRecord, last_pass: Option<&Reason>) -> Reason {
     match record.job.state {
-        JobState::Pending if record.job.admin_hold => Reason::JobHeldAdmin,
-        JobState::Pending if record.job.spec.hold => Reason::JobHeldUser,
-        JobState::Pending => last_pass.cloned().unwrap_or(Reason::Priority),
+        JobState::Pending => record
+            .job
+            .hold_reason()
+            .or_else(|| last_pass.cloned())
+            .unwrap_or(Reason::Priority),
         _ => Reason::None,
     }
 }

@@ -556,4 +556,19 @@ impl Job {
     pub fn held(&self) -> bool {
         self.spec.hold || self.admin_hold
     }
+
+    /// Why a pending job waits when a hold keeps it (the pass never sees
+    /// held jobs, so their reason comes from the record): an admin's hold
+    /// first, as only an admin can lift it.
+    pub fn hold_reason(&self) -> Option<crate::reason::Reason> {
+        if self.state != JobState::Pending {
+            None
+        } else if self.admin_hold {
+            Some(crate::reason::Reason::JobHeldAdmin)
+        } else if self.spec.hold {
+            Some(crate::reason::Reason::JobHeldUser)
+        } else {
+            None
+        }
+    }
 }
