@@ -610,42 +610,10 @@ impl SmState {
                 Some((view.job.id, deps.status(record).reason()?))
             })
             .collect();
-        // Backfill needs to know when running work frees its room: start +
-        // time limit (none without a limit).
         let running = self
             .running
             .iter()
-            .filter_map(|id| self.data.jobs.get(id))
-            .filter_map(|r| {
-                let alloc = r.job.alloc.as_ref()?;
-                let limit_ms = r.job.spec.time_limit_s.saturating_mul(1000);
-                let mut end_ms = (limit_ms > 0).then(|| alloc.start_ms.saturating_add(limit_ms));
-                // An evicted job is gone once its grace is over (then its
-                // agent kills it): backfill may count on that.
-                if let Some(mark) = &r.job.evicted {
-                    let gone_ms = mark.at_ms.saturating_add(mark.grace_s.saturating_mul(1000));
-                    end_ms = Some(end_ms.map_or(gone_ms, |e| e.min(gone_ms)));
-                }
-                Some(RunningJob {
-                    id: r.job.id,
-                    hosts: alloc.hosts().map(str::to_string).collect(),
-                    per_host: alloc.resources,
-                    end_ms,
-                    start_ms: alloc.start_ms,
-                    user: r.job.spec.user.clone(),
-                    account: r.job.spec.account.clone(),
-                    qos: r.job.spec.qos.clone(),
-                    partition: alloc.partition.clone(),
-                    array: array::task_of(&r.job.spec),
-                    submit_ms: r.job.submit_ms,
-                    nice: r.job.spec.nice,
-                    preemptible: r.job.spec.preemptible,
-                    alloc_id: alloc.alloc_id,
-                    evicted_for: r.job.evicted.as_ref().map(|m| m.for_job),
-                    borrowed: r.job.borrowed,
-                    reclaims: r.job.reclaims,
-                })
-            })
+            .filter_map(|id| self.running_view(*id))
             .collect();
         let snapshot = Snapshot {
             hosts,
@@ -661,6 +629,41 @@ impl SmState {
                 claims_ms,
             },
         )
+    }
+
+    /// Running job `id` as the pass sees it. Backfill needs to know when
+    /// running work frees its room: start + time limit (none without a
+    /// limit), or the end of an eviction's grace.
+    pub fn running_view(&self, id: JobId) -> Option<RunningJob> {
+        let r = self.data.jobs.get(&id)?;
+        let alloc = r.job.alloc.as_ref()?;
+        let limit_ms = r.job.spec.time_limit_s.saturating_mul(1000);
+        let mut end_ms = (limit_ms > 0).then(|| alloc.start_ms.saturating_add(limit_ms));
+        // An evicted job is gone once its grace is over (then its
+        // agent kills it): backfill may count on that.
+        if let Some(mark) = &r.job.evicted {
+            let gone_ms = mark.at_ms.saturating_add(mark.grace_s.saturating_mul(1000));
+            end_ms = Some(end_ms.map_or(gone_ms, |e| e.min(gone_ms)));
+        }
+        Some(RunningJob {
+            id: r.job.id,
+            hosts: alloc.hosts().map(str::to_string).collect(),
+            per_host: alloc.resources,
+            end_ms,
+            start_ms: alloc.start_ms,
+            user: r.job.spec.user.clone(),
+            account: r.job.spec.account.clone(),
+            qos: r.job.spec.qos.clone(),
+            partition: alloc.partition.clone(),
+            array: array::task_of(&r.job.spec),
+            submit_ms: r.job.submit_ms,
+            nice: r.job.spec.nice,
+            preemptible: r.job.spec.preemptible,
+            alloc_id: alloc.alloc_id,
+            evicted_for: r.job.evicted.as_ref().map(|m| m.for_job),
+            borrowed: r.job.borrowed,
+            reclaims: r.job.reclaims,
+        })
     }
 
     /// Applies one command. Deterministic: same state and command, same

@@ -102,7 +102,7 @@ impl SmState {
     }
 
     /// The policy objects as a scheduler snapshot (no hosts or jobs).
-    pub(crate) fn policy_snapshot(&self) -> Snapshot {
+    pub fn policy_snapshot(&self) -> Snapshot {
         let policy = &self.data.policy;
         let mut qos: Vec<Qos> = policy.qos.values().cloned().collect();
         if !policy.qos.contains_key(NORMAL_QOS) {

@@ -290,11 +290,11 @@ impl<'a> Cluster<'a> {
         if !policy.preemption.enabled {
             return;
         }
-        let snapshot = self.state.scheduler_snapshot(|_| HostState::Up);
-        let Some(view) = snapshot.running.iter().find(|r| r.id == id) else {
+        let Some(view) = self.state.running_view(id) else {
             return;
         };
-        let exempt = exempt_s(view, &Catalog::new(&snapshot), &policy.preemption);
+        let policy_objects = self.state.policy_snapshot();
+        let exempt = exempt_s(&view, &Catalog::new(&policy_objects), &policy.preemption);
         if exempt > 0 {
             self.wakes.push(Reverse(t_s.saturating_add(exempt)));
         }
@@ -322,29 +322,29 @@ impl<'a> Cluster<'a> {
         self.stopping.remove(&tally.alloc_id);
         tally.alloc_id = 0;
         tally.reclaims = reclaims;
-        let Some(mark) = tally.evicted.take() else {
-            if state == JobState::Pending {
-                // Requeued (`scontrol requeue`, or a lost host with
-                // `--requeue`): its run is over, the job is not.
-                let run_s = t_s.saturating_sub(tally.start_s.unwrap_or(t_s));
-                tally.busy_cpu_s_before += u128::from(tally.held_cpus) * u128::from(run_s);
-                tally.pending_since_s = t_s;
-                tally.last_reason = None;
-                return self.end_line(idx, t_s, "REQUEUED", None);
-            }
-            tally.end = Some((t_s, state));
-            return self.end_line(idx, t_s, state.slurm_name(), None);
-        };
-        let requeued = state == JobState::Pending;
-        if requeued {
+        let mark = tally.evicted.take();
+        if state == JobState::Pending {
+            // Back in the queue (an eviction, `scontrol requeue`, a lost
+            // host with `--requeue`): its run is over, the job is not.
             let run_s = t_s.saturating_sub(tally.start_s.unwrap_or(t_s));
             tally.busy_cpu_s_before += u128::from(tally.held_cpus) * u128::from(run_s);
             tally.pending_since_s = t_s;
             tally.last_reason = None;
-            tally.preempted_by = Some(mark.for_job);
-            self.preempted_requeued += 1;
+            tally.preempted_by = mark.as_ref().map(|m| m.for_job);
         } else {
             tally.end = Some((t_s, state));
+        }
+        let Some(mark) = mark else {
+            let word = if state == JobState::Pending {
+                "REQUEUED"
+            } else {
+                state.slurm_name()
+            };
+            return self.end_line(idx, t_s, word, None);
+        };
+        if state == JobState::Pending {
+            self.preempted_requeued += 1;
+        } else {
             self.preempted_cancelled += 1;
         }
         self.end_line(idx, t_s, "PREEMPTED", Some(&mark))
@@ -761,11 +761,8 @@ impl<'a> Cluster<'a> {
             let Some(r) = self.state.job(id) else {
                 continue;
             };
-            let reason = match plan.reasons.get(&id) {
-                Some(reason) => *reason,
-                None if r.job.admin_hold => Reason::JobHeldAdmin,
-                None if r.job.held() => Reason::JobHeldUser,
-                None => continue,
+            let Some(reason) = r.job.hold_reason().or(plan.reasons.get(&id).copied()) else {
+                continue;
             };
             let Some(idx) = self.idx_of(id) else {
                 continue;
