@@ -623,6 +623,15 @@ impl LocalCluster {
             .ok_or(HarnessError::NoSuchNode(id))
     }
 
+    /// Node `id`'s HTTP address (metrics, health, REST).
+    pub fn http_addr(&self, id: u64) -> Result<String, HarnessError> {
+        self.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .map(|n| n.metrics_addr.clone())
+            .ok_or(HarnessError::NoSuchNode(id))
+    }
+
     /// Node `id`'s data directory (its store).
     pub fn data_dir(&self, id: u64) -> PathBuf {
         self.dir.join(format!("node-{id}"))

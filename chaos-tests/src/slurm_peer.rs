@@ -7,10 +7,9 @@
 //! directory), its own munge key and socket, `auth/munge`. No `slurmd` is
 //! started: every benchmark job is submitted held (`sbatch -H`), so it
 //! never needs a node. Berth is a 3-node `LocalCluster` with no agents,
-//! driven through its own `sbatch` binary (the small one that submits
-//! common command lines itself and hands the rest to `berth`). To measure
-//! `berth` answering as `sbatch` instead, point `BERTH_BIN_DIR` at a
-//! directory whose `sbatch` is a symlink to `berth`.
+//! in the shipped configuration (TLS, cluster secret, user tokens),
+//! driven through `berth` linked as `sbatch` (the CLI answers as `sbatch`
+//! when called by that name, and submits over gRPC like every command).
 //!
 //! Both are driven the same way: N submitters, each running one
 //! `sbatch -H --wrap true` process after the other; a job counts once its
@@ -21,9 +20,9 @@
 //! a process start costs on this machine is measured beside both systems.
 //! Its rate is the most a client that starts no faster than that program
 //! could reach here, with a server that cost nothing. `/bin/true` is a
-//! dynamic glibc program; a static client starts for less (BENCHMARKS.md,
-//! "Slurm peer"), and `--floor` with a static do-nothing program measures
-//! the floor for such a client.
+//! dynamic glibc program, as `berth` is; a static client starts for less
+//! (BENCHMARKS.md, "Slurm peer"), and `--floor` with a static do-nothing
+//! program measures the floor for such a client.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -259,31 +258,48 @@ fn slurm_conf(dir: &Path, socket: &Path, ctld_port: u16, slurmd_port: u16, cpus:
     )
 }
 
-/// A 3-node Berth cluster (no agents), and symlinks to its `sbatch` and to
-/// `berth` as `squeue`.
+/// A 3-node Berth cluster (no agents), and symlinks to `berth` as `sbatch`
+/// and as `squeue`.
 pub struct BerthPeer {
     pub cluster: LocalCluster,
     bin: PathBuf,
     client_config: PathBuf,
+    /// The submitters' user token (`BERTH_TOKEN`).
+    token: String,
+    /// The cluster's CA (`BERTH_CA`).
+    ca: PathBuf,
 }
+
+/// The user every Berth submitter runs as, and how long its token lasts.
+const BENCH_USER: &str = "bench";
+const TOKEN_TTL_S: u64 = 24 * 3600;
 
 impl BerthPeer {
     pub async fn start(dir: &Path) -> anyhow::Result<BerthPeer> {
+        // The shipped configuration: TLS on every connection, the cluster
+        // secret between nodes, and each `sbatch` proving its user with a
+        // token, as Slurm's proves it with munge.
         let options = ClusterOptions {
             agents: 0,
+            auth: true,
+            tls: true,
             ..ClusterOptions::default()
         };
         let cluster = LocalCluster::start(&dir.join("cluster"), &options)
             .context("starting the Berth cluster")?;
+        let token = cluster
+            .token(BENCH_USER, false, TOKEN_TTL_S)
+            .context("issuing the submitters' token")?;
+        let ca = dir.join("cluster").join("tls").join("ca.pem");
         let bin = dir.join("bin");
         std::fs::create_dir_all(&bin)?;
-        for (name, tool) in [("sbatch", "sbatch"), ("squeue", "berth")] {
-            let target = harness::tool(tool)?;
+        let berth = harness::tool("berth")?;
+        for name in ["sbatch", "squeue"] {
             let link = bin.join(name);
             if link.symlink_metadata().is_ok() {
                 std::fs::remove_file(&link)?;
             }
-            std::os::unix::fs::symlink(&target, &link)?;
+            std::os::unix::fs::symlink(&berth, &link)?;
         }
         // An empty client config of our own, so none in $HOME applies.
         let client_config = dir.join("client.toml");
@@ -292,6 +308,8 @@ impl BerthPeer {
             cluster,
             bin,
             client_config,
+            token,
+            ca,
         };
         peer.wait_ready(READY_DEADLINE).await?;
         Ok(peer)
@@ -308,6 +326,8 @@ impl BerthPeer {
                     "BERTH_CONFIG".into(),
                     self.client_config.display().to_string(),
                 ),
+                ("BERTH_TOKEN".into(), self.token.clone()),
+                ("BERTH_CA".into(), self.ca.display().to_string()),
             ],
             work: Work::Submit,
         }

@@ -1,14 +1,15 @@
 //! Authentication and authorization on a real cluster run with auth on:
 //! nodes reach each other and the agent registers with the cluster secret;
 //! an unauthenticated caller gets nothing; users act only on their own
-//! jobs; policy changes need the admin role; tokens expire. The web UI
-//! applies the same authentication, and with `[ui] private_job_details`
-//! shows a job's details to its owner and admins only.
+//! jobs; policy changes need the admin role; tokens expire; `sbatch`
+//! carries the user's `BERTH_TOKEN`. The web UI applies the same
+//! authentication, and with `[ui] private_job_details` shows a job's
+//! details to its owner and admins only.
 
 use std::time::{Duration, Instant};
 
 use berth_auth::grpc::{AttachCredentials, CredentialedChannel};
-use berth_chaos::harness::{ClusterOptions, LocalCluster};
+use berth_chaos::harness::{tool, ClusterOptions, LocalCluster};
 use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::{
     CancelJobRequest, GetJobRequest, GetStepAccessRequest, JobSpec, JobState, ListJobsRequest, Qos,
@@ -124,6 +125,76 @@ async fn only_authenticated_and_authorized_callers_are_served() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // `sbatch` (`berth` linked by that name) submits with the user's
+    // BERTH_TOKEN, moving past a dead server to a live one.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    let sbatch = bin.join("sbatch");
+    std::os::unix::fs::symlink(tool("berth").expect("berth"), &sbatch).expect("link");
+    let config = tmp.path().join("client.toml");
+    std::fs::write(&config, "").expect("empty client config");
+    let servers = format!("127.0.0.1:1,{}", cluster.servers().join(","));
+    let run_sbatch = |token: Option<&str>| {
+        let mut command = tokio::process::Command::new(&sbatch);
+        command
+            .args(["-H", "-J", "held", "-t", "10", "--wrap", "echo hi"])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("USER", "bob")
+            .env("BERTH_SERVER", &servers)
+            .env("BERTH_CONFIG", &config)
+            .current_dir(tmp.path());
+        if let Some(token) = token {
+            command.env("BERTH_TOKEN", token);
+        }
+        async move {
+            tokio::time::timeout(DEADLINE, command.output())
+                .await
+                .expect("sbatch ran past the deadline")
+                .expect("run sbatch")
+        }
+    };
+    let out = run_sbatch(Some(bob_token.as_str())).await;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let held: u64 = said
+        .trim()
+        .strip_prefix("Submitted batch job ")
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output {said:?}"));
+    let held = admin
+        .get_job(GetJobRequest {
+            job_id: held,
+            stale: false,
+        })
+        .await
+        .expect("the sbatch job")
+        .into_inner();
+    let held_spec = held.spec.clone().expect("a spec");
+    assert_eq!(held.reason, "JobHeldUser", "{held:?}");
+    assert_eq!(
+        (
+            held_spec.name.as_str(),
+            held_spec.user.as_str(),
+            held_spec.command.as_str(),
+            held_spec.time_limit_s
+        ),
+        ("held", "bob", "echo hi", 600)
+    );
+    // Without a token the cluster refuses, and says so in one line.
+    let out = run_sbatch(None).await;
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.starts_with("sbatch: error: ") && said.contains("Unauthenticated"),
+        "{said}"
+    );
+    assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+
     // Policy needs the admin role.
     let qos = Qos {
         name: "team".into(),
@@ -195,7 +266,7 @@ async fn only_authenticated_and_authorized_callers_are_served() {
     let vote = raft
         .vote(berth_proto::raft::RaftMessage {
             payload: Vec::new(),
-            encoding: 0,
+            ..Default::default()
         })
         .await
         .expect_err("vote without the cluster secret");

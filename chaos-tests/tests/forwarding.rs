@@ -6,12 +6,9 @@
 //! id for a retry of the same request id, and the leader holding exactly
 //! those jobs.
 //!
-//! How nodes encode what they send each other (`node/src/wire.rs`): a node
-//! answers a request in the request's encoding and says that it reads
-//! MessagePack; a node sends MessagePack only to a peer that said so. So a
-//! node of an earlier version, which sends and reads only JSON, is still
-//! answered in JSON, and a cluster of this version moves to MessagePack
-//! after each peer's first reply.
+//! What nodes send each other (`node/src/wire.rs`): MessagePack in the
+//! payload format every message names; a message in another format is
+//! refused, naming both.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -19,7 +16,7 @@ use std::time::Duration;
 use berth_chaos::harness::{connect, metric_sum, status_of, ClusterOptions, LocalCluster};
 use berth_proto::api::{JobSpec, SubmitJobRequest};
 use berth_proto::raft::raft_transport_client::RaftTransportClient;
-use berth_proto::raft::{PayloadEncoding, RaftMessage};
+use berth_proto::raft::RaftMessage;
 use openraft::raft::{VoteRequest, VoteResponse};
 use openraft::Vote;
 
@@ -114,61 +111,49 @@ async fn concurrent_submits_through_a_follower_are_each_answered() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn nodes_answer_json_and_move_to_messagepack_between_themselves() {
+async fn nodes_speak_one_payload_format_and_refuse_another() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let (cluster, leader, follower) = cluster_with_follower(tmp.path()).await;
     let follower_addr = cluster.addr(follower).expect("follower address");
 
     // A vote for term 0 from a node that is not a member: refused, and it
-    // changes nothing, whichever encoding carries it.
+    // changes nothing.
     let vote = VoteRequest::<u64>::new(Vote::new(0, 99), None);
+    let payload = berth_raft_store::codec::to_vec(&vote).expect("pack");
     let mut raft = RaftTransportClient::connect(format!("http://{follower_addr}"))
         .await
         .expect("connect to the follower's Raft transport");
-    for encoding in [PayloadEncoding::Json, PayloadEncoding::Messagepack] {
-        let payload = match encoding {
-            PayloadEncoding::Json => serde_json::to_vec(&vote).expect("json"),
-            PayloadEncoding::Messagepack => berth_raft_store::codec::to_vec(&vote).expect("pack"),
-        };
-        let reply = raft
-            .vote(RaftMessage {
-                payload,
-                encoding: encoding.into(),
-            })
-            .await
-            .unwrap_or_else(|e| panic!("a {encoding:?} vote: {e}"))
-            .into_inner();
-        assert_eq!(reply.encoding, i32::from(encoding), "answered in kind");
-        assert!(reply.reads_messagepack);
-        assert!(reply.error.is_empty(), "{encoding:?}: a Raft error");
-        let answer: VoteResponse<u64> = match encoding {
-            PayloadEncoding::Json => serde_json::from_slice(&reply.payload).expect("json reply"),
-            PayloadEncoding::Messagepack => {
-                berth_raft_store::codec::from_slice(&reply.payload).expect("packed reply")
-            }
-        };
-        assert!(
-            !answer.vote_granted,
-            "{encoding:?}: a stale vote was granted"
-        );
-    }
-    // An encoding this version does not know is refused by name.
-    let unknown = raft
+    let reply = raft
         .vote(RaftMessage {
-            payload: serde_json::to_vec(&vote).expect("json"),
-            encoding: 7,
+            payload: payload.clone(),
+            format_version: 1,
         })
         .await
-        .expect_err("an unknown encoding is refused");
-    assert_eq!(unknown.code(), tonic::Code::InvalidArgument);
-    assert!(
-        unknown.message().contains("unknown payload encoding 7"),
-        "{}",
-        unknown.message()
-    );
+        .unwrap_or_else(|e| panic!("a vote: {e}"))
+        .into_inner();
+    assert_eq!(reply.format_version, 1, "answered in its format");
+    assert!(reply.error.is_empty(), "a Raft error");
+    let answer: VoteResponse<u64> =
+        berth_raft_store::codec::from_slice(&reply.payload).expect("packed reply");
+    assert!(!answer.vote_granted, "a stale vote was granted");
+    // Another format, or none, is refused naming both.
+    for other in [0, 2] {
+        let refused = raft
+            .vote(RaftMessage {
+                payload: payload.clone(),
+                format_version: other,
+            })
+            .await
+            .expect_err("another format is refused");
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(
+            refused.message(),
+            format!("peer message format {other}, this node reads format 1")
+        );
+    }
 
     // Submits through the follower are forwarded to the leader and
-    // replicated back; after the first replies, in MessagePack.
+    // replicated back.
     // The address answers as that follower, and it knows its leader: else
     // nothing it is sent is forwarded.
     let started = std::time::Instant::now();
@@ -195,8 +180,7 @@ async fn nodes_answer_json_and_move_to_messagepack_between_themselves() {
     }
     let sent = "berth_peer_messages_sent_total";
     let forwarded = cluster.scrape_metrics(follower).expect("follower metrics");
-    let packed_forwards = metric_sum(&forwarded, sent, &["call=\"Forward", "messagepack"]);
-    let json_forwards = metric_sum(&forwarded, sent, &["call=\"Forward", "\"json\""]);
+    let forwards = metric_sum(&forwarded, sent, &["call=\"Forward"]);
     // What the follower said of itself, for a failure's message: what it
     // sent to whom, and whether it was still a follower, in which term.
     let follower_view: Vec<&str> = forwarded
@@ -208,7 +192,7 @@ async fn nodes_answer_json_and_move_to_messagepack_between_themselves() {
         })
         .collect();
     let follower_view = follower_view.join("\n");
-    if packed_forwards + json_forwards < SEQUENTIAL_SUBMITS {
+    if forwards < SEQUENTIAL_SUBMITS {
         // Which node did count the forwards, if any: a recurrence of this
         // rare failure then says whether the scrape reached another node.
         let every_view: Vec<String> = (1..=3)
@@ -222,25 +206,15 @@ async fn nodes_answer_json_and_move_to_messagepack_between_themselves() {
             })
             .collect();
         panic!(
-            "{packed_forwards} + {json_forwards} forwards for {SEQUENTIAL_SUBMITS} submits \
+            "{forwards} forwards for {SEQUENTIAL_SUBMITS} submits \
              (leader {leader}, follower {follower}):\n{follower_view}\n{}",
             every_view.join("\n")
         );
     }
-    // The first forward goes as JSON (the leader has not answered yet), and
-    // so would one after a failed call; the rest go packed.
-    assert!(
-        json_forwards < packed_forwards,
-        "{json_forwards} forwards in JSON, {packed_forwards} in MessagePack:\n{follower_view}"
-    );
     let replicated = cluster.scrape_metrics(leader).expect("leader metrics");
-    let packed_appends = metric_sum(
-        &replicated,
-        sent,
-        &["call=\"AppendEntries\"", "messagepack"],
-    );
+    let appends = metric_sum(&replicated, sent, &["call=\"AppendEntries\""]);
     assert!(
-        packed_appends >= SEQUENTIAL_SUBMITS,
-        "{packed_appends} AppendEntries in MessagePack from the leader"
+        appends >= SEQUENTIAL_SUBMITS,
+        "{appends} AppendEntries from the leader"
     );
 }

@@ -13,8 +13,6 @@
 //!   squeue -o/-O, sacct, sinfo and scontrol show node/partition, sacctmgr's
 //!   words, Slurm's compressed host lists.
 //! - [`backup`]: receiving a backup stream into a file atomically.
-//! - [`fast_submit`]: the command lines the small `sbatch` binary submits
-//!   by itself, handing every other one to `berth`.
 
 pub mod alt;
 pub mod array_ids;
@@ -26,7 +24,6 @@ pub mod config_file;
 pub mod connect;
 pub mod error;
 pub mod export;
-pub mod fast_submit;
 pub mod hostlist;
 pub mod json;
 pub mod mem;

@@ -1,6 +1,5 @@
 //! Writing results without failing when the reader goes away
-//! (`squeue | head`), and keeping error messages on one line; shared by
-//! `berth` and the small `sbatch`.
+//! (`squeue | head`), and keeping error messages on one line.
 
 use std::io::{ErrorKind, Write};
 

@@ -77,9 +77,8 @@ where
     }
 }
 
-/// Records one public API call that began at `started`: the one place
-/// the histogram is written, for gRPC calls and one-shot submits alike.
-pub(crate) fn record(method: String, code: &'static str, started: Instant) {
+/// Records one public API call that began at `started`.
+fn record(method: String, code: &'static str, started: Instant) {
     metrics::histogram!(API_REQUEST_SECONDS, "method" => method, "code" => code)
         .record(started.elapsed().as_secs_f64());
 }

@@ -41,6 +41,9 @@ pub struct NodeConfig {
     pub tls: TlsConfig,
     #[serde(default)]
     pub ui: UiConfig,
+    /// Bounds on the gRPC and HTTP ports, each port its own.
+    #[serde(default)]
+    pub listener: ListenerLimits,
     /// Threads of the async runtime that serves the API, Raft and agents;
     /// 0 (the default) is one per CPU. Nodes that share a machine's cores
     /// (`berthd dev`, the test harness) each get their share
@@ -75,6 +78,67 @@ pub struct UiConfig {
     /// environment, output paths, comment, event history) of their own
     /// jobs only. Off by default: every authenticated user sees all.
     pub private_job_details: bool,
+}
+
+/// What a port holds for its callers at most (`listener.rs`). Each of the
+/// two ports (gRPC, HTTP) has these bounds of its own.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenerLimits {
+    /// Connections open at once; further ones wait in the kernel's backlog
+    /// until one closes. Every agent holds one to the node it reports to,
+    /// so a site sets it above its host count.
+    pub max_connections: usize,
+    /// Requests in flight on one HTTP/2 connection (its concurrent streams).
+    pub max_streams_per_connection: u32,
+    /// The largest API or agent request, or REST body, in bytes. Raft
+    /// messages between nodes keep their own bound (16 MiB).
+    pub max_request_bytes: usize,
+    /// A new connection must have sent its first request head (TLS
+    /// handshake and HTTP/2 preface included) within this long, or it is
+    /// closed.
+    pub head_timeout_ms: u64,
+}
+
+/// Bounds of `max_request_bytes`: below the smallest, a batch script would
+/// not fit; above the largest, a request exceeds what the gRPC codec takes.
+pub const REQUEST_BYTES_MIN: usize = 64 * 1024;
+pub const REQUEST_BYTES_MAX: usize = berth_proto::MAX_MESSAGE_BYTES;
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            max_connections: 16_384,
+            max_streams_per_connection: 256,
+            max_request_bytes: REQUEST_BYTES_MAX,
+            head_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl ListenerLimits {
+    fn validate(&self) -> Result<(), String> {
+        if self.max_connections == 0 || self.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(format!(
+                "listener.max_connections must be from 1 to {}, not {}",
+                tokio::sync::Semaphore::MAX_PERMITS,
+                self.max_connections
+            ));
+        }
+        if self.max_streams_per_connection == 0 {
+            return Err("listener.max_streams_per_connection must be at least 1".into());
+        }
+        if !(REQUEST_BYTES_MIN..=REQUEST_BYTES_MAX).contains(&self.max_request_bytes) {
+            return Err(format!(
+                "listener.max_request_bytes must be from {REQUEST_BYTES_MIN} to {REQUEST_BYTES_MAX}, not {}",
+                self.max_request_bytes
+            ));
+        }
+        if self.head_timeout_ms == 0 {
+            return Err("listener.head_timeout_ms must be at least 1".into());
+        }
+        Ok(())
+    }
 }
 
 /// TLS on the gRPC listener and on every connection this node opens. Off
@@ -403,6 +467,7 @@ impl NodeConfig {
             ));
         }
         self.scheduler.validate()?;
+        self.listener.validate()?;
         if self.agents.heartbeat_timeout_ms <= self.agents.heartbeat_interval_ms {
             return Err(
                 "agents.heartbeat_timeout_ms must exceed agents.heartbeat_interval_ms".into(),

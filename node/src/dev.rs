@@ -67,6 +67,7 @@ pub fn cluster_configs(dir: &Path, n: u64, base_port: u16) -> Vec<NodeConfig> {
             auth: Default::default(),
             tls: Default::default(),
             ui: Default::default(),
+            listener: Default::default(),
             // The nodes share this machine's cores.
             worker_threads: colocated_worker_threads(n),
         })

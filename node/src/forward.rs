@@ -13,15 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_auth::grpc::AttachCredentials;
-use berth_proto::raft::{PayloadEncoding, RaftMessage, RaftReply};
+use berth_proto::raft::{RaftMessage, RaftReply};
 use berth_state::{Command, Response, COMMAND_VERSION};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::network::PeerClient;
+use crate::network::{PeerClient, PeerMethod};
 use crate::node::ProposeError;
-use crate::peer_call::PeerMethod;
-use crate::wire::{self, PeerEncoding};
+use crate::wire::{self, WireError};
 
 /// Commands one `ForwardBatch` call carries at most; the leader refuses
 /// more.
@@ -91,40 +90,13 @@ struct RequestRef<'a> {
 /// A command waiting to be forwarded, encoded as a `Request`.
 struct Forwarded {
     leader_addr: String,
-    /// How `request` is encoded: what the leader was known to read when
-    /// the command was queued.
-    encoding: PayloadEncoding,
     request: Vec<u8>,
     reply: oneshot::Sender<Result<Response, ProposeError>>,
-}
-
-/// What each leader address is known to read ([`crate::wire`]), bounded
-/// like the clients.
-#[derive(Default)]
-struct LeaderEncodings {
-    by_addr: std::sync::Mutex<HashMap<String, Arc<PeerEncoding>>>,
-}
-
-impl LeaderEncodings {
-    fn of(&self, addr: &str) -> Arc<PeerEncoding> {
-        // Entries are whole or absent: a panic elsewhere leaves it usable.
-        let mut by_addr = self.by_addr.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(e) = by_addr.get(addr) {
-            return e.clone();
-        }
-        if by_addr.len() >= LEADER_CLIENTS_MAX {
-            by_addr.clear();
-        }
-        let e = Arc::new(PeerEncoding::default());
-        by_addr.insert(addr.to_string(), e.clone());
-        e
-    }
 }
 
 /// A follower's forwarder: one task batching forwarded commands.
 pub struct Forwarder {
     queue: mpsc::Sender<Forwarded>,
-    encodings: Arc<LeaderEncodings>,
 }
 
 impl Forwarder {
@@ -132,9 +104,8 @@ impl Forwarder {
     /// `credentials`. Must run inside a tokio runtime.
     pub fn start(credentials: AttachCredentials) -> Forwarder {
         let (queue, waiting) = mpsc::channel(FORWARDS_QUEUED_MAX);
-        let encodings = Arc::new(LeaderEncodings::default());
-        tokio::spawn(run(waiting, credentials, encodings.clone()));
-        Forwarder { queue, encodings }
+        tokio::spawn(run(waiting, credentials));
+        Forwarder { queue }
     }
 
     /// Sends `command` to the leader at `leader_addr` and waits for its
@@ -144,20 +115,15 @@ impl Forwarder {
         leader_addr: &str,
         command: &Command,
     ) -> Result<Response, ProposeError> {
-        let encoding = self.encodings.of(leader_addr).current();
-        let request = wire::encode(
-            encoding,
-            &RequestRef {
-                version: COMMAND_VERSION,
-                command,
-            },
-        )
-        .map_err(ProposeError::Fatal)?;
+        let request = wire::encode(&RequestRef {
+            version: COMMAND_VERSION,
+            command,
+        })
+        .map_err(|e| ProposeError::Fatal(e.to_string()))?;
         let (reply, answer) = oneshot::channel();
         self.queue
             .send(Forwarded {
                 leader_addr: leader_addr.to_string(),
-                encoding,
                 request,
                 reply,
             })
@@ -172,11 +138,7 @@ impl Forwarder {
 /// Takes the first waiting command, waits for a free call slot, then takes
 /// every command that arrived meanwhile for the same leader (within the
 /// batch bounds) and sends them in one call.
-async fn run(
-    mut waiting: mpsc::Receiver<Forwarded>,
-    credentials: AttachCredentials,
-    encodings: Arc<LeaderEncodings>,
-) {
+async fn run(mut waiting: mpsc::Receiver<Forwarded>, credentials: AttachCredentials) {
     let slots = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT_MAX));
     let mut clients: HashMap<String, PeerClient> = HashMap::new();
     let mut carried: Option<Forwarded> = None;
@@ -193,22 +155,20 @@ async fn run(
             return;
         };
         let leader_addr = first.leader_addr.clone();
-        let encoding = first.encoding;
-        // The array's header, brackets and commas included.
+        // The array's header included.
         let mut bytes = first.request.len() + ARRAY_OVERHEAD_BYTES_MAX;
         let mut batch = vec![first];
         while batch.len() < FORWARD_BATCH_COMMANDS_MAX {
             match waiting.try_recv() {
                 Ok(f)
                     if f.leader_addr != leader_addr
-                        || f.encoding != encoding
-                        || bytes + f.request.len() + 1 > FORWARD_BATCH_BYTES_MAX =>
+                        || bytes + f.request.len() > FORWARD_BATCH_BYTES_MAX =>
                 {
                     carried = Some(f);
                     break;
                 }
                 Ok(f) => {
-                    bytes += f.request.len() + 1;
+                    bytes += f.request.len();
                     batch.push(f);
                 }
                 Err(_) => break,
@@ -223,13 +183,8 @@ async fn run(
                 continue;
             }
         };
-        let leader_encoding = encodings.of(&leader_addr);
         tokio::spawn(async move {
-            let to = Leader {
-                addr: &leader_addr,
-                encoding: &leader_encoding,
-            };
-            send(client, to, encoding, batch).await;
+            send(client, &leader_addr, batch).await;
             drop(slot);
         });
     }
@@ -254,7 +209,13 @@ fn client_for(
 
 /// What a failed call means for each command it carried.
 fn call_error(leader_addr: &str, status: &tonic::Status) -> ProposeError {
-    if status.code() == tonic::Code::FailedPrecondition {
+    if wire::is_format_refusal(status) {
+        // Retrying cannot help: the leader runs another version.
+        ProposeError::Fatal(format!(
+            "forwarding to leader {leader_addr}: {}",
+            status.message()
+        ))
+    } else if status.code() == tonic::Code::FailedPrecondition {
         ProposeError::NotLeader { leader_addr: None }
     } else {
         ProposeError::Unavailable(format!(
@@ -264,164 +225,102 @@ fn call_error(leader_addr: &str, status: &tonic::Status) -> ProposeError {
     }
 }
 
-/// The leader a call goes to, and what it is known to read.
-#[derive(Clone, Copy)]
-struct Leader<'a> {
-    addr: &'a str,
-    encoding: &'a PeerEncoding,
+/// One call of `method` carrying `payload` to the leader.
+async fn call(
+    client: &PeerClient,
+    method: PeerMethod,
+    payload: Vec<u8>,
+) -> Result<RaftReply, tonic::Status> {
+    wire::count_sent(method.name());
+    let message = RaftMessage {
+        payload,
+        format_version: wire::PEER_FORMAT_VERSION,
+    };
+    client
+        .call(method, message, Duration::from_millis(FORWARD_TIMEOUT_MS))
+        .await
 }
 
-impl Leader<'_> {
-    /// One call of `method` carrying `payload`.
-    async fn call(
-        &self,
-        client: &PeerClient,
-        method: PeerMethod,
-        encoding: PayloadEncoding,
-        payload: Vec<u8>,
-    ) -> Result<RaftReply, tonic::Status> {
-        wire::count_sent(method.name(), encoding);
-        let message = RaftMessage {
-            payload,
-            encoding: encoding.into(),
-        };
-        client
-            .call(method, message, Duration::from_millis(FORWARD_TIMEOUT_MS))
-            .await
-    }
-
-    /// Decodes a reply's payload, learning from it what the leader reads.
-    fn decode<T: serde::de::DeserializeOwned>(&self, reply: RaftReply) -> Result<T, String> {
-        self.encoding.replied(reply.reads_messagepack);
-        wire::decode(wire::named(reply.encoding)?, &reply.payload)
-    }
-
-    /// What a failed call means for each command it carried.
-    fn call_error(&self, status: &tonic::Status) -> ProposeError {
-        self.encoding.failed();
-        call_error(self.addr, status)
-    }
+/// A reply's payload, in this node's format.
+fn decode<T: serde::de::DeserializeOwned>(reply: &RaftReply) -> Result<T, WireError> {
+    wire::check_format(reply.format_version)?;
+    wire::decode(&reply.payload)
 }
 
 /// One command in one `Forward` call.
 async fn forward_one(
     client: &PeerClient,
-    to: Leader<'_>,
-    encoding: PayloadEncoding,
+    leader_addr: &str,
     request: Vec<u8>,
 ) -> Result<Response, ProposeError> {
     metrics::counter!(FORWARD_CALLS_TOTAL, "call" => "Forward").increment(1);
     metrics::counter!(FORWARDED_COMMANDS_TOTAL).increment(1);
-    match to
-        .call(client, PeerMethod::Forward, encoding, request)
-        .await
-    {
-        Ok(reply) => to
-            .decode(reply)
+    match call(client, PeerMethod::Forward, request).await {
+        Ok(reply) => decode(&reply)
             .map_err(|e| ProposeError::Fatal(format!("undecodable reply from leader: {e}"))),
-        Err(status) => Err(to.call_error(&status)),
+        Err(status) => Err(call_error(leader_addr, &status)),
     }
 }
 
-/// Bytes an array of encoded requests adds around them at most: JSON's
-/// brackets, or MessagePack's header (at most 5 bytes).
+/// Bytes an array of encoded requests adds around them at most:
+/// MessagePack's header.
 const ARRAY_OVERHEAD_BYTES_MAX: usize = 5;
 
-/// The requests of `batch`, each already encoded as `encoding`, as one
-/// array.
-fn batch_payload(encoding: PayloadEncoding, batch: &[Forwarded]) -> Vec<u8> {
-    let total: usize = batch.iter().map(|f| f.request.len() + 1).sum();
+/// The requests of `batch`, each already encoded, as one array.
+fn batch_payload(batch: &[Forwarded]) -> Vec<u8> {
+    let total: usize = batch.iter().map(|f| f.request.len()).sum();
     let mut payload = Vec::with_capacity(total + ARRAY_OVERHEAD_BYTES_MAX);
-    match encoding {
-        PayloadEncoding::Json => {
-            payload.push(b'[');
-            for (n, f) in batch.iter().enumerate() {
-                if n > 0 {
-                    payload.push(b',');
-                }
-                payload.extend_from_slice(&f.request);
-            }
-            payload.push(b']');
-        }
-        PayloadEncoding::Messagepack => {
-            let len = u32::try_from(batch.len()).unwrap_or(u32::MAX);
-            berth_raft_store::codec::write_array_len(&mut payload, len);
-            for f in batch {
-                payload.extend_from_slice(&f.request);
-            }
-        }
+    let len = u32::try_from(batch.len()).unwrap_or(u32::MAX);
+    berth_raft_store::codec::write_array_len(&mut payload, len);
+    for f in batch {
+        payload.extend_from_slice(&f.request);
     }
     payload
 }
 
-/// Sends `batch` (a lone command as a plain `Forward`), every command
-/// encoded as `encoding`, and answers each command.
-async fn send(
-    client: PeerClient,
-    to: Leader<'_>,
-    encoding: PayloadEncoding,
-    mut batch: Vec<Forwarded>,
-) {
+/// Sends `batch` (a lone command as a plain `Forward`) and answers each
+/// command.
+async fn send(client: PeerClient, leader_addr: &str, mut batch: Vec<Forwarded>) {
     assert!(!batch.is_empty() && batch.len() <= FORWARD_BATCH_COMMANDS_MAX);
-    assert!(batch.iter().all(|f| f.encoding == encoding));
     if batch.len() == 1 {
         if let Some(f) = batch.pop() {
-            let result = forward_one(&client, to, encoding, f.request).await;
+            let result = forward_one(&client, leader_addr, f.request).await;
             let _ = f.reply.send(result);
         }
         return;
     }
-    let payload = batch_payload(encoding, &batch);
+    let payload = batch_payload(&batch);
     metrics::counter!(FORWARD_CALLS_TOTAL, "call" => "ForwardBatch").increment(1);
     metrics::counter!(FORWARDED_COMMANDS_TOTAL).increment(batch.len() as u64);
-    match to
-        .call(&client, PeerMethod::ForwardBatch, encoding, payload)
-        .await
-    {
-        Ok(reply) => {
-            let outcomes = to.decode::<Vec<ForwardOutcome>>(reply);
-            match outcomes {
-                Ok(outcomes) if outcomes.len() == batch.len() => {
-                    for (f, outcome) in batch.into_iter().zip(outcomes) {
-                        let _ = f.reply.send(outcome.into_result(to.addr));
-                    }
-                }
-                Ok(outcomes) => {
-                    let e = ProposeError::Fatal(format!(
-                        "the leader answered {} outcomes for {} commands",
-                        outcomes.len(),
-                        batch.len()
-                    ));
-                    for f in batch {
-                        let _ = f.reply.send(Err(e.clone()));
-                    }
-                }
-                Err(e) => {
-                    let e = ProposeError::Fatal(format!("undecodable reply from leader: {e}"));
-                    for f in batch {
-                        let _ = f.reply.send(Err(e.clone()));
-                    }
-                }
+    let outcomes = match call(&client, PeerMethod::ForwardBatch, payload).await {
+        Ok(reply) => batch_outcomes(&reply, batch.len()),
+        Err(status) => Err(call_error(leader_addr, &status)),
+    };
+    match outcomes {
+        Ok(outcomes) => {
+            for (f, outcome) in batch.into_iter().zip(outcomes) {
+                let _ = f.reply.send(outcome.into_result(leader_addr));
             }
         }
-        // A leader from before `ForwardBatch`: one call per command.
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            let calls = batch.into_iter().map(|f| {
-                let client = &client;
-                async move {
-                    let result = forward_one(client, to, encoding, f.request).await;
-                    let _ = f.reply.send(result);
-                }
-            });
-            futures::future::join_all(calls).await;
-        }
-        Err(status) => {
-            let e = to.call_error(&status);
+        Err(e) => {
             for f in batch {
                 let _ = f.reply.send(Err(e.clone()));
             }
         }
     }
+}
+
+/// The outcomes a `ForwardBatch` reply holds, one for each of `commands`.
+fn batch_outcomes(reply: &RaftReply, commands: usize) -> Result<Vec<ForwardOutcome>, ProposeError> {
+    let outcomes: Vec<ForwardOutcome> = decode(reply)
+        .map_err(|e| ProposeError::Fatal(format!("undecodable reply from leader: {e}")))?;
+    if outcomes.len() != commands {
+        return Err(ProposeError::Fatal(format!(
+            "the leader answered {} outcomes for {commands} commands",
+            outcomes.len()
+        )));
+    }
+    Ok(outcomes)
 }
 
 #[cfg(test)]
@@ -435,55 +334,86 @@ mod tests {
             job_id: 7,
             now_ms: 9,
         };
-        for encoding in [PayloadEncoding::Json, PayloadEncoding::Messagepack] {
-            let borrowed = wire::encode(
-                encoding,
-                &RequestRef {
-                    version: COMMAND_VERSION,
-                    command: &command,
-                },
-            )
-            .expect("encode");
-            let owned = wire::encode(encoding, &Request::new(command.clone())).expect("encode");
-            assert_eq!(borrowed, owned, "{encoding:?}");
-            let back: Request = wire::decode(encoding, &borrowed).expect("decode");
-            assert_eq!(back.version, COMMAND_VERSION);
+        let borrowed = wire::encode(&RequestRef {
+            version: COMMAND_VERSION,
+            command: &command,
+        })
+        .expect("encode");
+        let owned = wire::encode(&Request::new(command.clone())).expect("encode");
+        assert_eq!(borrowed, owned);
+        let back: Request = wire::decode(&borrowed).expect("decode");
+        assert_eq!(back.version, COMMAND_VERSION);
+    }
+
+    #[test]
+    fn a_batch_is_an_array_of_requests() {
+        for len in [2u64, 17] {
+            let batch: Vec<Forwarded> = (0..len)
+                .map(|job_id| {
+                    let command = Command::CancelJob { job_id, now_ms: 9 };
+                    Forwarded {
+                        leader_addr: "l:1".into(),
+                        request: wire::encode(&Request::new(command)).expect("encode"),
+                        reply: oneshot::channel().0,
+                    }
+                })
+                .collect();
+            let payload = batch_payload(&batch);
+            let overhead = payload.len() - batch.iter().map(|f| f.request.len()).sum::<usize>();
+            assert!(overhead <= ARRAY_OVERHEAD_BYTES_MAX, "{overhead}");
+            let back: Vec<Request> = wire::decode(&payload).expect("decode");
+            let ids: Vec<u64> = back
+                .iter()
+                .map(|r| match r.command.as_ref() {
+                    Command::CancelJob { job_id, .. } => *job_id,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(ids, (0..len).collect::<Vec<_>>());
+        }
+    }
+
+    fn reply_of<T: Serialize>(value: &T, format_version: u32) -> RaftReply {
+        RaftReply {
+            payload: wire::encode(value).expect("encode"),
+            error: Vec::new(),
+            format_version,
         }
     }
 
     #[test]
-    fn a_batch_is_an_array_of_requests_in_either_encoding() {
-        for encoding in [PayloadEncoding::Json, PayloadEncoding::Messagepack] {
-            for len in [2u64, 17] {
-                let batch: Vec<Forwarded> = (0..len)
-                    .map(|job_id| {
-                        let command = Command::CancelJob { job_id, now_ms: 9 };
-                        Forwarded {
-                            leader_addr: "l:1".into(),
-                            encoding,
-                            request: wire::encode(encoding, &Request::new(command))
-                                .expect("encode"),
-                            reply: oneshot::channel().0,
-                        }
-                    })
-                    .collect();
-                let payload = batch_payload(encoding, &batch);
-                let overhead = payload.len() - batch.iter().map(|f| f.request.len()).sum::<usize>();
-                assert!(
-                    overhead <= ARRAY_OVERHEAD_BYTES_MAX + batch.len(),
-                    "{encoding:?}: {overhead}"
-                );
-                let back: Vec<Request> = wire::decode(encoding, &payload).expect("decode");
-                let ids: Vec<u64> = back
-                    .iter()
-                    .map(|r| match r.command.as_ref() {
-                        Command::CancelJob { job_id, .. } => *job_id,
-                        other => panic!("{other:?}"),
-                    })
-                    .collect();
-                assert_eq!(ids, (0..len).collect::<Vec<_>>(), "{encoding:?}");
-            }
+    fn a_batch_reply_is_read_only_in_this_format_and_whole() {
+        let outcomes = vec![ForwardOutcome::NotLeader, ForwardOutcome::NotLeader];
+        let read = batch_outcomes(&reply_of(&outcomes, wire::PEER_FORMAT_VERSION), 2);
+        assert_eq!(read.expect("read"), outcomes);
+        match batch_outcomes(&reply_of(&outcomes, 2), 2) {
+            Err(ProposeError::Fatal(m)) => assert!(
+                m.contains("peer message format 2, this node reads format 1"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
         }
+        match batch_outcomes(&reply_of(&outcomes, wire::PEER_FORMAT_VERSION), 3) {
+            Err(ProposeError::Fatal(m)) => assert!(m.contains("2 outcomes for 3"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_format_refusal_is_not_taken_for_not_leader() {
+        let refusal = wire::format_refusal(&WireError::Format { got: 1 });
+        assert!(matches!(
+            call_error("l:1", &refusal),
+            ProposeError::Fatal(_)
+        ));
+        assert!(matches!(
+            call_error("l:1", &tonic::Status::failed_precondition("not leader")),
+            ProposeError::NotLeader { leader_addr: None }
+        ));
+        assert!(matches!(
+            call_error("l:1", &tonic::Status::unavailable("down")),
+            ProposeError::Unavailable(_)
+        ));
     }
 
     #[test]

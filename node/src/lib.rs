@@ -4,8 +4,9 @@
 //! - [`node`]: a running node (Raft instance, store, proposals and forwarding);
 //! - [`forward`]: a follower's writes batched on their way to the leader;
 //! - [`network`]: the Raft transport client (openraft's `RaftNetwork` over gRPC);
-//! - [`wire`]: how Raft transport payloads are encoded (JSON or MessagePack,
-//!   as each peer reads);
+//! - [`wire`]: the Raft transport's payload: MessagePack, with a format
+//!   version;
+//! - [`listener`]: the ports' bounds (connections, request heads);
 //! - [`raft_service`], [`api_service`], [`agent_service`]: the gRPC services;
 //! - [`backup_service`]: the leader's side of `berth admin backup`;
 //! - [`leader`]: the leader's scheduling loop and host liveness (leader soft
@@ -40,8 +41,6 @@ mod listener;
 mod metrics;
 mod network;
 mod node;
-mod one_shot_submit;
-mod peer_call;
 mod policy_convert;
 mod raft_service;
 mod rest;
@@ -49,5 +48,4 @@ pub mod sd_notify;
 pub mod server;
 mod step_access;
 mod ui;
-mod whole_request;
 mod wire;

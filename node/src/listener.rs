@@ -1,50 +1,60 @@
-//! The node's API port: one TCP listener for gRPC (HTTP/2, plain or TLS)
-//! and, when TLS is off, the one-shot submit protocol
-//! (`one_shot_submit`).
+//! The node's listeners, bounded: the gRPC port (API, agents, Raft; HTTP/2,
+//! plain or TLS) and the HTTP port (REST, web page, metrics).
 //!
-//! Every connection is accepted here. With the one-shot protocol on, its
-//! first byte says which it is (`berth_proto::submit_wire`: `B` for a
-//! one-shot submit, `P` for HTTP/2's preface); only a connection that is
-//! not a one-shot submit goes on to the gRPC server, through a bounded
-//! queue that the server reads as its stream of connections.
+//! A port holds at most `max_connections` accepted connections; past it the
+//! accept loop waits for one to close, and new ones wait in the kernel's
+//! backlog (bounded by `somaxconn`) rather than in the node's memory. A
+//! connection must deliver its first request head within `head_timeout_ms`
+//! of being accepted (the TLS handshake and HTTP/2 preface included), or it
+//! is closed: a client that connects and stays silent, or trickles its
+//! handshake, cannot keep a slot for longer than that. Streams per
+//! connection and request bytes are bounded by the servers themselves
+//! (`server.rs`, `metrics.rs`) from the same [`ListenerLimits`].
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
 use tokio_stream::wrappers::ReceiverStream;
+use tower_layer::Layer;
+use tower_service::Service;
 
-use crate::api_service::ApiService;
+pub use crate::config::ListenerLimits;
 
-/// Connections accepted and not yet taken by the gRPC server.
-const HANDOFF_QUEUE_MAX: usize = 256;
-/// How long a new connection may stay silent before it is closed unread:
-/// HTTP/2 and TLS clients speak first, at once.
-const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
+/// Connections accepted and not yet taken by the server.
+const HANDOFF_QUEUE_MAX: usize = 64;
 /// Pause after a failed accept (out of file descriptors, say), so the
 /// loop does not spin on it.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
-
-/// What the gRPC server reads its connections from.
-pub type Incoming = ReceiverStream<std::io::Result<TcpStream>>;
-
 /// How long the kernel holds a new connection back until its first bytes
 /// arrive (`TCP_DEFER_ACCEPT`, whole seconds).
 const DEFER_ACCEPT_S: libc::c_int = 5;
 
+/// Connections open on a port now (label `port`: `grpc` or `http`).
+pub const CONNECTIONS_OPEN: &str = "berth_listener_connections_open";
+/// Connections closed because no request head came in time.
+pub const HEAD_TIMEOUTS_TOTAL: &str = "berth_listener_head_timeouts_total";
+
+/// What a server reads its connections from.
+pub type Incoming = ReceiverStream<io::Result<BoundedConn>>;
+
 /// Binds `addr`; a node that cannot have its port fails at start.
 ///
-/// Options set on the listener, which every accepted connection inherits
-/// (one system call here rather than one per connection):
+/// Options set on the listener, which every accepted connection inherits:
 /// - `TCP_DEFER_ACCEPT`: the listener takes a connection only once the
-///   client has sent something. Every client of this port speaks first,
-///   so the accept wakes the node once, with the first byte there to
-///   route on, rather than once for the handshake and again for the data.
+///   client has sent something; every client of these ports speaks first.
 /// - `TCP_NODELAY`: small requests and answers go out at once, not after
 ///   an ACK.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub async fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     let listener = TcpListener::bind(addr).await?;
     set_tcp_option(&listener, libc::TCP_DEFER_ACCEPT, DEFER_ACCEPT_S)?;
     set_tcp_option(&listener, libc::TCP_NODELAY, 1)?;
@@ -52,11 +62,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Sets the `IPPROTO_TCP` option `name` to `value` on `listener`.
-fn set_tcp_option(
-    listener: &TcpListener,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> std::io::Result<()> {
+fn set_tcp_option(listener: &TcpListener, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: setsockopt(2) on a socket this listener owns, reading one
     // c_int that lives across the call.
@@ -72,92 +78,278 @@ fn set_tcp_option(
     if done == 0 {
         Ok(())
     } else {
-        Err(std::io::Error::last_os_error())
+        Err(io::Error::last_os_error())
     }
 }
 
-/// Accepts on `listener` until `shutdown` turns true. One-shot submits go
-/// to `one_shot` (`None`: the protocol is off, as with TLS); every other
-/// connection comes out of the returned stream.
+/// Accepts on `listener` until `shutdown` turns true, at most
+/// `limits.max_connections` open at once; `port` labels the metrics.
 pub fn spawn(
     listener: TcpListener,
-    one_shot: Option<Arc<ApiService>>,
+    limits: &ListenerLimits,
+    port: &'static str,
     mut shutdown: watch::Receiver<bool>,
 ) -> Incoming {
     let (tx, rx) = mpsc::channel(HANDOFF_QUEUE_MAX);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let head_timeout = Duration::from_millis(limits.head_timeout_ms);
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
                 _ = shutdown.wait_for(|stop| *stop) => break,
-                accepted = listener.accept() => accepted,
+                accepted = accept_within(&listener, &slots) => accepted,
             };
-            let stream = match accepted {
-                Ok((stream, _)) => stream,
+            let (stream, permit) = match accepted {
+                Ok(accepted) => accepted,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    tracing::warn!(error = %e, port, "accept failed");
                     tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                     continue;
                 }
             };
-            match &one_shot {
-                None => {
-                    if tx.send(Ok(stream)).await.is_err() {
-                        break;
-                    }
-                }
-                Some(api) => {
-                    tokio::spawn(route(stream, api.clone(), tx.clone()));
-                }
+            let conn = BoundedConn::new(stream, permit, head_timeout, port);
+            // The server gone means the node is stopping.
+            if tx.send(Ok(conn)).await.is_err() {
+                break;
             }
         }
     });
     ReceiverStream::new(rx)
 }
 
-/// Sends a connection where its first byte says it belongs.
-async fn route(
+/// The next connection, once a slot is free for it.
+async fn accept_within(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+) -> io::Result<(TcpStream, OwnedSemaphorePermit)> {
+    let permit = slots
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| io::Error::other("the connection slots were closed"))?;
+    let (stream, _) = listener.accept().await?;
+    Ok((stream, permit))
+}
+
+/// An accepted connection: holds its slot until dropped, and fails its
+/// reads once the head deadline passes with no request head seen.
+pub struct BoundedConn {
     stream: TcpStream,
-    api: Arc<ApiService>,
-    grpc: mpsc::Sender<std::io::Result<TcpStream>>,
-) {
-    match tokio::time::timeout(FIRST_BYTE_WAIT, first_byte(&stream)).await {
-        Ok(Some(byte)) if byte == berth_proto::submit_wire::REQUEST_MAGIC[0] => {
-            crate::one_shot_submit::serve(stream, api).await;
-        }
-        Ok(Some(_)) => {
-            // The gRPC server gone means the node is stopping.
-            let _ = grpc.send(Ok(stream)).await;
-        }
-        // Closed, failed or silent: nothing to serve.
-        Ok(None) | Err(_) => {}
+    /// `None` once a request head arrived: no deadline after that.
+    head_deadline: Option<Pin<Box<Sleep>>>,
+    info: ConnInfo,
+    port: &'static str,
+    _slot: OwnedSemaphorePermit,
+}
+
+/// What a request knows of its connection (a request extension): the
+/// servers' [`HeadSeenLayer`] marks the head as seen through it.
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    pub remote: Option<SocketAddr>,
+    head_seen: Arc<AtomicBool>,
+}
+
+impl ConnInfo {
+    fn mark_head_seen(&self) {
+        self.head_seen.store(true, Ordering::Relaxed);
     }
 }
 
-/// The connection's first byte, left unread; `None` when it closed or
-/// failed first.
-async fn first_byte(stream: &TcpStream) -> Option<u8> {
-    let mut byte = [0u8; 1];
-    match stream.peek(&mut byte).await {
-        Ok(1) => Some(byte[0]),
-        Ok(_) | Err(_) => None,
+impl BoundedConn {
+    fn new(
+        stream: TcpStream,
+        slot: OwnedSemaphorePermit,
+        head_timeout: Duration,
+        port: &'static str,
+    ) -> BoundedConn {
+        metrics::gauge!(CONNECTIONS_OPEN, "port" => port).increment(1.0);
+        BoundedConn {
+            info: ConnInfo {
+                remote: stream.peer_addr().ok(),
+                head_seen: Arc::default(),
+            },
+            stream,
+            head_deadline: Some(Box::pin(tokio::time::sleep(head_timeout))),
+            port,
+            _slot: slot,
+        }
+    }
+
+    pub fn info(&self) -> ConnInfo {
+        self.info.clone()
+    }
+
+    /// `Err` once the head deadline has passed with no request head.
+    fn check_head(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let Some(deadline) = self.head_deadline.as_mut() else {
+            return Ok(());
+        };
+        if self.info.head_seen.load(Ordering::Relaxed) {
+            self.head_deadline = None;
+            return Ok(());
+        }
+        if deadline.as_mut().poll(cx).is_pending() {
+            return Ok(());
+        }
+        metrics::counter!(HEAD_TIMEOUTS_TOTAL, "port" => self.port).increment(1);
+        tracing::debug!(remote = ?self.info.remote, port = self.port, "no request head in time");
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no request head within the listener's head_timeout_ms",
+        ))
+    }
+}
+
+impl Drop for BoundedConn {
+    fn drop(&mut self) {
+        metrics::gauge!(CONNECTIONS_OPEN, "port" => self.port).decrement(1.0);
+    }
+}
+
+impl AsyncRead for BoundedConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Err(e) = this.check_head(cx) {
+            return Poll::Ready(Err(e));
+        }
+        Pin::new(&mut this.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for BoundedConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+impl tonic::transport::server::Connected for BoundedConn {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        self.info()
+    }
+}
+
+/// A tower layer that tells a request's connection its head has arrived.
+/// Over TLS tonic wraps the connection's info in its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HeadSeenLayer;
+
+impl<S> Layer<S> for HeadSeenLayer {
+    type Service = HeadSeen<S>;
+
+    fn layer(&self, inner: S) -> HeadSeen<S> {
+        HeadSeen { inner }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HeadSeen<S> {
+    inner: S,
+}
+
+impl<S, B> Service<http::Request<B>> for HeadSeen<S>
+where
+    S: Service<http::Request<B>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> S::Future {
+        let extensions = request.extensions();
+        if let Some(info) = extensions.get::<ConnInfo>() {
+            info.mark_head_seen();
+        } else if let Some(tls) =
+            extensions.get::<tonic::transport::server::TlsConnectInfo<ConnInfo>>()
+        {
+            tls.get_ref().mark_head_seen();
+        } else if let Some(axum::extract::ConnectInfo(info)) =
+            extensions.get::<axum::extract::ConnectInfo<ConnInfo>>()
+        {
+            info.mark_head_seen();
+        }
+        self.inner.call(request)
+    }
+}
+
+/// The bounded connections as axum's listener, for the HTTP port.
+pub struct AxumIncoming {
+    incoming: Incoming,
+    local: SocketAddr,
+}
+
+impl AxumIncoming {
+    pub fn new(incoming: Incoming, local: SocketAddr) -> AxumIncoming {
+        AxumIncoming { incoming, local }
+    }
+}
+
+impl axum::serve::Listener for AxumIncoming {
+    type Io = BoundedConn;
+    type Addr = Option<SocketAddr>;
+
+    async fn accept(&mut self) -> (BoundedConn, Option<SocketAddr>) {
+        use tokio_stream::StreamExt;
+        loop {
+            match self.incoming.next().await {
+                Some(Ok(conn)) => {
+                    let remote = conn.info.remote;
+                    return (conn, remote);
+                }
+                Some(Err(_)) => continue,
+                // The accept loop ended: the node is stopping, and axum's
+                // graceful shutdown ends the server; until then, nothing.
+                None => std::future::pending::<()>().await,
+            }
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<Option<SocketAddr>> {
+        Ok(Some(self.local))
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, AxumIncoming>>
+    for ConnInfo
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, AxumIncoming>) -> ConnInfo {
+        stream.io().info()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    #[tokio::test]
-    async fn an_accepted_connection_inherits_no_delay() {
-        let listener = bind("127.0.0.1:0".parse().expect("addr"))
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let mut client = std::net::TcpStream::connect(addr).expect("connect");
-        // The listener defers the accept until the client has spoken.
-        client.write_all(b"P").expect("first byte");
-        let (stream, _) = listener.accept().await.expect("accept");
-        assert!(stream.nodelay().expect("TCP_NODELAY"));
-    }
-}
+mod tests;

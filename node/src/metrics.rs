@@ -142,6 +142,7 @@ async fn upkeep(handle: PrometheusHandle, interval: Duration, mut shutdown: watc
 /// bounded meanwhile ([`UPKEEP_INTERVAL_MS`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    limits: crate::listener::ListenerLimits,
     node: Arc<Node>,
     handle: PrometheusHandle,
     api: Router,
@@ -157,10 +158,14 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(Arc::new(Scrape { node, handle }))
-        .merge(api);
+        .merge(api)
+        .layer(crate::listener::HeadSeenLayer);
     let addr = listener
         .local_addr()
         .map_err(|source| MetricsError::Serve { source })?;
+    let incoming = crate::listener::spawn(listener, &limits, "http", shutdown.clone());
+    let listener = crate::listener::AxumIncoming::new(incoming, addr);
+    let app = app.into_make_service_with_connect_info::<crate::listener::ConnInfo>();
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|stop| *stop).await;

@@ -1,8 +1,7 @@
-//! openraft's `RaftNetwork` over gRPC: each Raft message travels encoded in
-//! a `berth.raft.v1.RaftMessage` (see `raft.proto`): JSON until the peer's
-//! replies say it reads MessagePack ([`crate::wire`]). In plain text a
-//! connection's AppendEntries after its first share one stream
-//! ([`AppendStream`]).
+//! openraft's `RaftNetwork` over gRPC through tonic, the same with TLS and
+//! without: each Raft message travels encoded ([`crate::wire`]) in a
+//! `berth.raft.v1.RaftMessage` (see `raft.proto`). A connection's
+//! AppendEntries after its first share one stream ([`AppendStream`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,12 +22,12 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::metadata::MetadataMap;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
+use tonic::{Status, Streaming};
 
-use crate::peer_call::{CallStream, PeerCall, PeerMethod};
-use crate::whole_request::WholeRequest;
-use crate::wire::{self, PeerEncoding};
+use crate::wire::{self, WireError};
 
 /// A peer that does not accept a TCP connection within this long is
 /// reported unreachable, so openraft backs off instead of piling up calls.
@@ -96,26 +95,44 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             client: self.client(target, &node.addr),
             addr: node.addr.clone(),
-            encoding: PeerEncoding::default(),
             append_calls: 0,
-            append_stream: AppendStream::Closed,
+            append_stream: None,
         }
     }
 }
 
-/// How calls reach a peer's `RaftTransport`: HTTP/2 driven here in plain
-/// text (each call one write, [`crate::peer_call`]), or tonic's channel
-/// with TLS. Every call carries the credentials it was made with. Cheap
-/// to clone; clones share the connection.
-#[derive(Clone)]
-pub enum PeerClient {
-    H2(Arc<PeerCall>),
-    Tonic(Arc<TonicPeer>),
+/// A peer's `RaftTransport` methods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerMethod {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+    Forward,
+    ForwardBatch,
 }
 
-/// A peer reached through tonic's channel.
-pub struct TonicPeer {
-    client: RaftTransportClient<WholeRequest<Channel>>,
+impl PeerMethod {
+    /// The method's name, as `raft.proto` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerMethod::AppendEntries => "AppendEntries",
+            PeerMethod::Vote => "Vote",
+            PeerMethod::InstallSnapshot => "InstallSnapshot",
+            PeerMethod::Forward => "Forward",
+            PeerMethod::ForwardBatch => "ForwardBatch",
+        }
+    }
+}
+
+/// A peer's `RaftTransport` through tonic's channel (with TLS when the
+/// node runs with it); every call carries the credentials the client was
+/// made with. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct PeerClient(Arc<Peer>);
+
+struct Peer {
+    addr: String,
+    client: RaftTransportClient<Channel>,
     credentials: AttachCredentials,
 }
 
@@ -126,49 +143,105 @@ impl PeerClient {
         addr: &str,
         credentials: &AttachCredentials,
     ) -> Result<PeerClient, tonic::transport::Error> {
-        if berth_auth::tls::client_tls_on() {
-            let client = RaftTransportClient::new(WholeRequest::new(channel(addr)?))
-                .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
-            return Ok(PeerClient::Tonic(Arc::new(TonicPeer {
-                client,
-                credentials: credentials.clone(),
-            })));
-        }
-        let mut metadata = MetadataMap::new();
-        credentials.apply(&mut metadata);
-        Ok(PeerClient::H2(Arc::new(PeerCall::new(
-            addr,
-            metadata,
-            Duration::from_millis(CONNECT_TIMEOUT_MS),
-            berth_proto::MAX_MESSAGE_BYTES,
-        ))))
+        let client = RaftTransportClient::new(channel(addr)?)
+            .max_decoding_message_size(berth_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(berth_proto::MAX_MESSAGE_BYTES);
+        Ok(PeerClient(Arc::new(Peer {
+            addr: addr.to_string(),
+            client,
+            credentials: credentials.clone(),
+        })))
     }
 
-    /// One call of `method`, answered within `timeout`.
+    fn request<T>(&self, body: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(body);
+        self.0.credentials.apply(request.metadata_mut());
+        request
+    }
+
+    /// One unary call of `method`, answered within `timeout`.
     pub async fn call(
         &self,
         method: PeerMethod,
         message: RaftMessage,
         timeout: Duration,
-    ) -> Result<RaftReply, tonic::Status> {
-        match self {
-            PeerClient::H2(peer) => peer.call(method, &message, timeout).await,
-            PeerClient::Tonic(peer) => {
-                let mut client = peer.client.clone();
-                let mut request = tonic::Request::new(message);
-                request.set_timeout(timeout);
-                peer.credentials.apply(request.metadata_mut());
-                match method {
-                    PeerMethod::AppendEntries => client.append_entries(request).await,
-                    PeerMethod::Vote => client.vote(request).await,
-                    PeerMethod::InstallSnapshot => client.install_snapshot(request).await,
-                    PeerMethod::Forward => client.forward(request).await,
-                    PeerMethod::ForwardBatch => client.forward_batch(request).await,
-                }
-                .map(tonic::Response::into_inner)
+    ) -> Result<RaftReply, Status> {
+        let mut client = self.0.client.clone();
+        let request = self.request(message);
+        // Bounded here alone, not also by a `grpc-timeout` for tonic to
+        // enforce: a call that runs out of time then always ends as
+        // DEADLINE_EXCEEDED, and the peer drops its handler when the
+        // abandoned call's stream is reset.
+        let call = async move {
+            match method {
+                PeerMethod::AppendEntries => client.append_entries(request).await,
+                PeerMethod::Vote => client.vote(request).await,
+                PeerMethod::InstallSnapshot => client.install_snapshot(request).await,
+                PeerMethod::Forward => client.forward(request).await,
+                PeerMethod::ForwardBatch => client.forward_batch(request).await,
             }
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(response) => response.map(tonic::Response::into_inner),
+            Err(_) => Err(self.no_answer(timeout)),
         }
+    }
+
+    fn no_answer(&self, timeout: Duration) -> Status {
+        Status::deadline_exceeded(format!(
+            "no answer from {} within {} ms",
+            self.0.addr,
+            timeout.as_millis()
+        ))
+    }
+
+    /// Sends `message` on `stream`, or on a new stream when there is none,
+    /// and reads its reply. The stream comes back only with a reply: after
+    /// a failure it is dropped, which ends it.
+    async fn stream_call(
+        &self,
+        stream: Option<AppendStream>,
+        message: RaftMessage,
+    ) -> Result<(RaftReply, AppendStream), Status> {
+        let mut stream = match stream {
+            Some(stream) => {
+                stream
+                    .requests
+                    .send(message)
+                    .await
+                    .map_err(|_| self.stream_ended())?;
+                stream
+            }
+            None => self.open_append_stream(message).await?,
+        };
+        match stream.next_reply().await? {
+            Some(reply) => Ok((reply, stream)),
+            // The server ended the stream without a status: it shut down.
+            None => Err(self.stream_ended()),
+        }
+    }
+
+    /// Opens an `AppendEntriesStream` whose first request is `first`.
+    async fn open_append_stream(&self, first: RaftMessage) -> Result<AppendStream, Status> {
+        let (requests, queued) = mpsc::channel(APPEND_STREAM_QUEUE);
+        // Queued before the stream opens, so it leaves with the stream's
+        // head instead of a round trip later.
+        requests
+            .try_send(first)
+            .map_err(|_| Status::internal("a new AppendEntries stream's queue is full"))?;
+        let mut client = self.0.client.clone();
+        let replies = client
+            .append_entries_stream(self.request(ReceiverStream::new(queued)))
+            .await?
+            .into_inner();
+        Ok(AppendStream {
+            requests,
+            replies: Mutex::new(replies),
+        })
+    }
+
+    fn stream_ended(&self) -> Status {
+        Status::unavailable(format!("{} ended the AppendEntries stream", self.0.addr))
     }
 }
 
@@ -178,26 +251,35 @@ pub struct PeerConnection {
     addr: String,
     /// `None` when the peer's address cannot make a channel.
     client: Option<PeerClient>,
-    /// What the peer reads: JSON until its replies say MessagePack.
-    encoding: PeerEncoding,
     /// AppendEntries calls made through this connection so far.
     append_calls: u64,
-    /// Where AppendEntries after the first go (plain text only).
-    append_stream: AppendStream,
+    /// Where AppendEntries after the first go, once opened.
+    append_stream: Option<AppendStream>,
 }
 
 /// A connection's `AppendEntriesStream`. openraft replicates to a follower
 /// through one `PeerConnection`, one request at a time, for as long as the
 /// leadership lasts; a connection made for a single call (the heartbeats
-/// that confirm a read index) makes one call, and a stream would cost it a
-/// round trip more than it saves. So the stream is opened on the second
+/// that confirm a read index) makes one call, and a stream would cost it
+/// more than it saves. So the stream is opened on the second
 /// AppendEntries, and again after one failed.
-enum AppendStream {
-    Closed,
-    Open(CallStream),
-    /// The peer answered UNIMPLEMENTED (an older version): unary calls.
-    Unsupported,
+struct AppendStream {
+    /// The stream's requests: one at a time, so one slot.
+    requests: mpsc::Sender<RaftMessage>,
+    /// Their replies, in order. In a mutex only so that the connection is
+    /// `Sync`, as openraft asks; never locked, reached through `get_mut`.
+    replies: Mutex<Streaming<RaftReply>>,
 }
+
+impl AppendStream {
+    async fn next_reply(&mut self) -> Result<Option<RaftReply>, Status> {
+        let replies = self.replies.get_mut().unwrap_or_else(|p| p.into_inner());
+        replies.message().await
+    }
+}
+
+/// Requests an [`AppendStream`] holds queued at most: the one in flight.
+const APPEND_STREAM_QUEUE: usize = 1;
 
 /// AppendEntries calls a connection makes unary before it opens a stream.
 const APPEND_CALLS_BEFORE_STREAM: u64 = 1;
@@ -206,13 +288,15 @@ const APPEND_CALLS_BEFORE_STREAM: u64 = 1;
 #[error("{0}")]
 struct TransportError(String);
 
+type CallError<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
+
 impl PeerConnection {
     async fn call<Req, Resp, E>(
         &mut self,
         method: PeerMethod,
         request: &Req,
         option: &RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    ) -> Result<Resp, CallError<E>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -222,109 +306,94 @@ impl PeerConnection {
             let e = TransportError(format!("bad peer address {:?}", self.addr));
             return Err(RPCError::Unreachable(Unreachable::new(&e)));
         };
-        let encoding = self.encoding.current();
-        let payload = wire::encode(encoding, request)
-            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError(e))))?;
+        let payload =
+            wire::encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let message = RaftMessage {
             payload,
-            encoding: encoding.into(),
+            format_version: wire::PEER_FORMAT_VERSION,
         };
-        wire::count_sent(method.name(), encoding);
-        let reply = match (&client, method) {
-            (PeerClient::H2(peer), PeerMethod::AppendEntries) => {
-                self.append_entries_call(peer, message, option.hard_ttl())
-                    .await
-            }
-            _ => client.call(method, message, option.hard_ttl()).await,
+        wire::count_sent(method.name());
+        let timeout = option.hard_ttl();
+        let reply = match method {
+            PeerMethod::AppendEntries => self.append_entries_call(&client, message, timeout).await,
+            _ => client.call(method, message, timeout).await,
         };
-        let reply: RaftReply = match reply {
-            Ok(r) => r,
-            Err(status) => {
-                self.encoding.failed();
-                let e = TransportError(format!(
-                    "{} to node {}: {status}",
-                    method.name(),
-                    self.target
-                ));
-                return Err(match status.code() {
-                    tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&e)),
-                    _ => RPCError::Network(NetworkError::new(&e)),
-                });
-            }
-        };
-        self.encoding.replied(reply.reads_messagepack);
-        let undecodable = |e: String| RPCError::Network(NetworkError::new(&TransportError(e)));
-        let reply_encoding = wire::named(reply.encoding).map_err(undecodable)?;
-        if !reply.error.is_empty() {
-            let err: RaftError<NodeId, E> =
-                wire::decode(reply_encoding, &reply.error).map_err(undecodable)?;
-            return Err(RPCError::RemoteError(RemoteError::new(self.target, err)));
+        match reply {
+            Ok(reply) => read_reply(self.target, &reply),
+            Err(status) => Err(self.failed(method, &status)),
         }
-        wire::decode(reply_encoding, &reply.payload).map_err(undecodable)
+    }
+
+    /// What a call that failed with `status` tells openraft.
+    fn failed<E: std::error::Error>(&self, method: PeerMethod, status: &Status) -> CallError<E> {
+        let e = TransportError(format!(
+            "{} to node {}: {status}",
+            method.name(),
+            self.target
+        ));
+        match status.code() {
+            tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&e)),
+            _ => RPCError::Network(NetworkError::new(&e)),
+        }
+    }
+
+    /// One AppendEntries: unary for the connection's first, else on its
+    /// stream (opened if need be); all within `timeout`.
+    async fn append_entries_call(
+        &mut self,
+        client: &PeerClient,
+        message: RaftMessage,
+        timeout: Duration,
+    ) -> Result<RaftReply, Status> {
+        self.append_calls += 1;
+        if self.append_calls <= APPEND_CALLS_BEFORE_STREAM {
+            return client
+                .call(PeerMethod::AppendEntries, message, timeout)
+                .await;
+        }
+        // Taken out and put back only with a reply: a stream that failed
+        // or ran out of time is dropped, so a late reply on it is never
+        // read as the next request's.
+        let stream = self.append_stream.take();
+        match tokio::time::timeout(timeout, client.stream_call(stream, message)).await {
+            Ok(Ok((reply, stream))) => {
+                self.append_stream = Some(stream);
+                Ok(reply)
+            }
+            Ok(Err(status)) => Err(status),
+            Err(_) => Err(client.no_answer(timeout)),
+        }
     }
 }
 
-impl PeerConnection {
-    /// One AppendEntries, on this connection's stream when it has one or
-    /// should open one, else as a unary call; all within `timeout`.
-    async fn append_entries_call(
-        &mut self,
-        peer: &PeerCall,
-        message: RaftMessage,
-        timeout: Duration,
-    ) -> Result<RaftReply, tonic::Status> {
-        self.append_calls += 1;
-        if self.append_calls <= APPEND_CALLS_BEFORE_STREAM
-            || matches!(self.append_stream, AppendStream::Unsupported)
-        {
-            return peer
-                .call(PeerMethod::AppendEntries, &message, timeout)
-                .await;
-        }
-        let deadline = tokio::time::Instant::now() + timeout;
-        if matches!(self.append_stream, AppendStream::Closed) {
-            match peer.open_append_stream(timeout).await {
-                Ok(stream) => self.append_stream = AppendStream::Open(stream),
-                Err(status) if status.code() == tonic::Code::Unimplemented => {
-                    tracing::info!(
-                        peer = %self.addr,
-                        "peer has no AppendEntries stream (an older version); calling AppendEntries"
-                    );
-                    self.append_stream = AppendStream::Unsupported;
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    return peer.call(PeerMethod::AppendEntries, &message, left).await;
-                }
-                Err(status) => return Err(status),
-            }
-        }
-        let AppendStream::Open(stream) = &mut self.append_stream else {
-            return Err(tonic::Status::internal(
-                "the AppendEntries stream is not open",
-            ));
-        };
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let reply = peer.stream_call(stream, &message, left).await;
-        if reply.is_err() {
-            // Not used again: a late answer would be read as the next one's.
-            self.append_stream = AppendStream::Closed;
-        }
-        reply
+/// A peer's reply: the response, or the Raft error it carries.
+fn read_reply<Resp, E>(target: NodeId, reply: &RaftReply) -> Result<Resp, CallError<E>>
+where
+    Resp: DeserializeOwned,
+    E: std::error::Error + DeserializeOwned,
+{
+    let unreadable = |e: WireError| RPCError::Network(NetworkError::new(&e));
+    wire::check_format(reply.format_version).map_err(unreadable)?;
+    if !reply.error.is_empty() {
+        let err: RaftError<NodeId, E> = wire::decode(&reply.error).map_err(unreadable)?;
+        return Err(RPCError::RemoteError(RemoteError::new(target, err)));
     }
+    wire::decode(&reply.payload).map_err(unreadable)
 }
 
 #[cfg(test)]
 impl PeerConnection {
     /// One AppendEntries carrying `message` as it is, through the path
-    /// `append_entries` takes (plain text).
+    /// `append_entries` takes.
     pub(crate) async fn append_entries_message(
         &mut self,
         message: RaftMessage,
-    ) -> Result<RaftReply, tonic::Status> {
-        let Some(PeerClient::H2(peer)) = self.client.clone() else {
-            return Err(tonic::Status::internal("not a plain-text peer"));
+        timeout: Duration,
+    ) -> Result<RaftReply, Status> {
+        let Some(client) = self.client.clone() else {
+            return Err(Status::internal("no client"));
         };
-        self.append_entries_call(&peer, message, Duration::from_secs(10))
-            .await
+        self.append_entries_call(&client, message, timeout).await
     }
 }
 
@@ -365,7 +434,7 @@ mod tests {
 
     fn same(a: &PeerConnection, b: &PeerConnection) -> bool {
         match (&a.client, &b.client) {
-            (Some(PeerClient::H2(a)), Some(PeerClient::H2(b))) => Arc::ptr_eq(a, b),
+            (Some(a), Some(b)) => Arc::ptr_eq(&a.0, &b.0),
             _ => false,
         }
     }
@@ -409,3 +478,7 @@ mod tests {
         assert!(!same(&first, &later));
     }
 }
+
+#[cfg(test)]
+#[path = "network_tests.rs"]
+mod network_tests;

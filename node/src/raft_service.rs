@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use berth_proto::raft::raft_transport_server::RaftTransport;
-use berth_proto::raft::{PayloadEncoding, RaftMessage, RaftReply};
+use berth_proto::raft::{RaftMessage, RaftReply};
 use berth_state::Request;
 use futures::Stream;
 use serde::de::DeserializeOwned;
@@ -29,49 +29,39 @@ pub struct RaftService {
 /// The replies of one AppendEntries stream.
 pub(crate) type ReplyStream = Pin<Box<dyn Stream<Item = Result<RaftReply, Status>> + Send>>;
 
-/// Decodes a request; returns it with the encoding to answer in.
-fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<(T, PayloadEncoding), Status> {
-    let encoding = wire::named(msg.encoding).map_err(Status::invalid_argument)?;
-    let value = wire::decode(encoding, &msg.payload)
-        .map_err(|e| Status::invalid_argument(format!("undecodable Raft message: {e}")))?;
-    Ok((value, encoding))
+/// Refuses a request in a payload format other than this node's.
+pub(crate) fn accept_format(msg: &RaftMessage) -> Result<(), Status> {
+    wire::check_format(msg.format_version).map_err(|e| wire::format_refusal(&e))
 }
 
-/// Answers in the request's `encoding`, saying that this node reads
-/// MessagePack (see [`crate::wire`]).
-fn reply<T: Serialize, E: Serialize>(
-    encoding: PayloadEncoding,
-    result: Result<T, E>,
-) -> Result<Response<RaftReply>, Status> {
-    encode_reply(encoding, result).map(Response::new)
+/// Decodes a request.
+fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
+    accept_format(msg)?;
+    wire::decode(&msg.payload)
+        .map_err(|e| Status::invalid_argument(format!("undecodable Raft message: {e}")))
 }
 
-fn encode_reply<T: Serialize, E: Serialize>(
-    encoding: PayloadEncoding,
-    result: Result<T, E>,
-) -> Result<RaftReply, Status> {
+fn reply<T: Serialize, E: Serialize>(result: Result<T, E>) -> Result<Response<RaftReply>, Status> {
+    encode_reply(result).map(Response::new)
+}
+
+fn encode_reply<T: Serialize, E: Serialize>(result: Result<T, E>) -> Result<RaftReply, Status> {
+    let encode_error = |e: wire::WireError| Status::internal(e.to_string());
     let (payload, error) = match result {
-        Ok(v) => (
-            wire::encode(encoding, &v).map_err(Status::internal)?,
-            Vec::new(),
-        ),
-        Err(e) => (
-            Vec::new(),
-            wire::encode(encoding, &e).map_err(Status::internal)?,
-        ),
+        Ok(v) => (wire::encode(&v).map_err(encode_error)?, Vec::new()),
+        Err(e) => (Vec::new(), wire::encode(&e).map_err(encode_error)?),
     };
     Ok(RaftReply {
         payload,
         error,
-        encoding: encoding.into(),
-        reads_messagepack: true,
+        format_version: wire::PEER_FORMAT_VERSION,
     })
 }
 
 /// One AppendEntries request, answered (a unary call, or one of a stream).
 async fn append_entries_reply(node: &Node, message: &RaftMessage) -> Result<RaftReply, Status> {
-    let (req, encoding) = decode(message)?;
-    encode_reply(encoding, node.raft.append_entries(req).await)
+    let req = decode(message)?;
+    encode_reply(node.raft.append_entries(req).await)
 }
 
 /// Returns once `shutdown` turns true (or its sender is gone).
@@ -156,23 +146,23 @@ impl RaftTransport for RaftService {
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (req, encoding) = decode(request.get_ref())?;
-        reply(encoding, self.node.raft.vote(req).await)
+        let req = decode(request.get_ref())?;
+        reply(self.node.raft.vote(req).await)
     }
 
     async fn install_snapshot(
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (req, encoding) = decode(request.get_ref())?;
-        reply(encoding, self.node.raft.install_snapshot(req).await)
+        let req = decode(request.get_ref())?;
+        reply(self.node.raft.install_snapshot(req).await)
     }
 
     async fn forward(
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (req, encoding): (Request, _) = decode(request.get_ref())?;
+        let req: Request = decode(request.get_ref())?;
         // Only the leader proposes forwarded commands; a node that lost
         // leadership meanwhile says so and the caller retries.
         match self
@@ -180,7 +170,7 @@ impl RaftTransport for RaftService {
             .propose_local(Arc::unwrap_or_clone(req.command))
             .await
         {
-            Ok(response) => reply::<_, ()>(encoding, Ok(response)),
+            Ok(response) => reply::<_, ()>(Ok(response)),
             Err(ProposeError::NotLeader { leader_addr }) => {
                 Err(Status::failed_precondition(format!(
                     "not leader; leader is {}",
@@ -195,7 +185,7 @@ impl RaftTransport for RaftService {
         &self,
         request: tonic::Request<RaftMessage>,
     ) -> Result<Response<RaftReply>, Status> {
-        let (requests, encoding): (Vec<Request>, _) = decode(request.get_ref())?;
+        let requests: Vec<Request> = decode(request.get_ref())?;
         if requests.len() > FORWARD_BATCH_COMMANDS_MAX {
             return Err(Status::invalid_argument(format!(
                 "a forward batch carries at most {FORWARD_BATCH_COMMANDS_MAX} commands, not {}",
@@ -212,6 +202,36 @@ impl RaftTransport for RaftService {
             .into_iter()
             .map(ForwardOutcome::from_result)
             .collect();
-        reply::<_, ()>(encoding, Ok(outcomes))
+        reply::<_, ()>(Ok(outcomes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_in_another_format_is_refused_naming_both() {
+        let payload = wire::encode(&7u64).expect("encode");
+        let message = |format_version| RaftMessage {
+            payload: payload.clone(),
+            format_version,
+        };
+        assert_eq!(decode::<u64>(&message(1)).expect("read"), 7);
+        let status = decode::<u64>(&message(2)).expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(
+            status.message(),
+            "peer message format 2, this node reads format 1"
+        );
+        assert!(wire::is_format_refusal(&status));
+    }
+
+    #[test]
+    fn replies_carry_this_nodes_format() {
+        let reply = encode_reply::<_, ()>(Ok(7u64)).expect("encoded");
+        assert_eq!(reply.format_version, wire::PEER_FORMAT_VERSION);
+        assert!(reply.error.is_empty());
+        assert_eq!(wire::decode::<u64>(&reply.payload).expect("read"), 7);
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use berth_proto::agent::agent_service_server::AgentServiceServer;
 use berth_proto::api::berth_api_server::BerthApiServer;
@@ -28,23 +29,29 @@ use crate::raft_service::RaftService;
 /// Snapshot chunks are at most this many bytes on the wire.
 const SNAPSHOT_CHUNK_BYTES: u64 = 1024 * 1024;
 /// How long one snapshot chunk may take to be answered. openraft's default
-/// (200 ms) is far too short here: a 1 MiB chunk travels as JSON (about
-/// 3.6 MB) and is decoded on arrival, and the reply to the last chunk comes
-/// only after the receiver has installed the whole state, which takes
-/// seconds for a large one (BENCHMARKS.md: about 1M jobs). A chunk that times out
-/// restarts the whole transfer, so too short a bound means a large
-/// snapshot never arrives. A dead peer is still noticed at once (connect
-/// fails); only a peer that accepts and then stalls holds a transfer this
-/// long.
+/// (200 ms) is far too short here: a 1 MiB chunk travels as MessagePack
+/// (up to 2 MB: each byte an integer of its own) and is decoded on
+/// arrival, and the reply to the last chunk comes only after the receiver
+/// has installed the whole state, which takes seconds for a large one
+/// (BENCHMARKS.md: about 1M jobs). A chunk that times out restarts the
+/// whole transfer, so too short a bound means a large snapshot never
+/// arrives. A dead peer is still noticed at once (connect fails); only a
+/// peer that accepts and then stalls holds a transfer this long.
 const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 120_000;
 /// Entries per AppendEntries request at most: 48 batch entries of at most
 /// `node::BATCH_BYTES_MAX` (192 KiB of MessagePack) stay within the 16 MiB
-/// gRPC message bound, with room for the 1.3-fold larger JSON sent to a
-/// peer of an earlier version. A follower catching up on small entries
-/// takes more calls.
+/// gRPC message bound with room to spare (9 MiB, checked below). A
+/// follower catching up on small entries takes more calls.
 const APPEND_ENTRIES_MAX: u64 = 48;
 const _: () =
     assert!(APPEND_ENTRIES_MAX as usize * crate::node::BATCH_BYTES_MAX <= 9 * 1024 * 1024);
+
+/// A request's headers at most, in bytes: a gRPC call's are a few hundred.
+const HEADER_LIST_BYTES_MAX: u32 = 16 * 1024;
+/// An idle connection is pinged this often, and closed when a ping goes
+/// unanswered this long: a peer that vanished frees its slot.
+const KEEPALIVE_INTERVAL_MS: u64 = 30_000;
+const KEEPALIVE_TIMEOUT_MS: u64 = 10_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -155,9 +162,6 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     // One service object behind both APIs: gRPC and REST (`rest`), and
     // behind the web UI (`ui`).
     let api_service = Arc::new(ApiService::new(node.clone(), backup_source));
-    // One-shot submits are plain TCP: with TLS on, every connection is
-    // gRPC's, so none can skip the handshake.
-    let one_shot = server_tls.is_none().then(|| api_service.clone());
     // Bound only now, when it is accepted from at once: a port bound
     // while the store opens would hold clients in its backlog instead of
     // refusing them, so they could not move on to another node.
@@ -168,16 +172,17 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
                 addr: listen,
                 source,
             })?;
-    let incoming = crate::listener::spawn(api_listener, one_shot, shutdown.clone());
+    let limits = node.config.listener.clone();
+    let incoming = crate::listener::spawn(api_listener, &limits, "grpc", shutdown.clone());
     let rest =
         crate::rest::for_node(api_service.clone()).merge(crate::ui::for_node(api_service.clone()));
     let api = BerthApiServer::from_arc(api_service)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_decoding_message_size(limits.max_request_bytes)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     // Agents and other nodes prove they belong with the cluster secret.
     let agents = InterceptedService::new(
         AgentServiceServer::new(AgentServiceImpl { node: node.clone() })
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_decoding_message_size(limits.max_request_bytes)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
         require_secret.clone(),
     );
@@ -192,13 +197,18 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
     );
 
     let mut serve_shutdown = shutdown.clone();
-    let mut builder = tonic::transport::Server::builder();
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(limits.max_streams_per_connection)
+        .http2_max_header_list_size(HEADER_LIST_BYTES_MAX)
+        .http2_keepalive_interval(Some(Duration::from_millis(KEEPALIVE_INTERVAL_MS)))
+        .http2_keepalive_timeout(Some(Duration::from_millis(KEEPALIVE_TIMEOUT_MS)));
     if let Some(tls) = server_tls {
         builder = builder
             .tls_config(tls)
             .map_err(|e| ServerError::Tls(e.to_string()))?;
     }
     let serve = builder
+        .layer(crate::listener::HeadSeenLayer)
         .layer(crate::api_metrics::ApiMetricsLayer)
         .add_service(api)
         .add_service(agents)
@@ -212,8 +222,14 @@ pub async fn run(config: NodeConfig, shutdown: watch::Receiver<bool>) -> Result<
         Some(listener) => {
             let handle =
                 crate::metrics::install().map_err(|e| ServerError::Metrics(e.to_string()))?;
-            let task =
-                crate::metrics::serve(listener, node.clone(), handle, rest, shutdown.clone());
+            let task = crate::metrics::serve(
+                listener,
+                limits,
+                node.clone(),
+                handle,
+                rest,
+                shutdown.clone(),
+            );
             Some(tokio::spawn(async move {
                 if let Err(e) = task.await {
                     tracing::error!(error = %e, "metrics endpoint stopped");

@@ -1,90 +1,74 @@
-//! How Raft transport payloads are encoded (`berth.raft.v1`'s
-//! `PayloadEncoding`): JSON, which every version reads, or MessagePack with
-//! field names ([`berth_raft_store::codec`]), which costs less than half as
-//! much to write and read. A node sends MessagePack to a peer only once the
-//! peer's replies said it reads it, and answers each request in the
-//! request's encoding, so old and new nodes run side by side during a
-//! rolling upgrade.
+//! What a Raft transport payload is: MessagePack with field names
+//! ([`berth_raft_store::codec`]), in the format [`PEER_FORMAT_VERSION`]
+//! names. Peers run the same version, so there is nothing to negotiate; a
+//! message of another format is refused, naming both, rather than misread.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use berth_proto::raft::PayloadEncoding;
-use berth_raft_store::codec::Encoding;
+use berth_raft_store::codec::{self, CodecError};
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tonic::{Code, Status};
+
+/// The payload format this node writes and reads, carried in every
+/// `RaftMessage` and `RaftReply` (`format_version`). A change to what a
+/// payload holds that an older node would misread raises it.
+pub const PEER_FORMAT_VERSION: u32 = 1;
 
 /// Messages this node sent to its peers, by call (`AppendEntries`, `Vote`,
-/// `InstallSnapshot`, `Forward`, `ForwardBatch`) and encoding (`json`,
-/// `messagepack`): during a rolling upgrade, JSON goes to the nodes not yet
-/// upgraded, and once all are, only the first message to each peer is
-/// JSON.
+/// `InstallSnapshot`, `Forward`, `ForwardBatch`).
 pub const PEER_MESSAGES_SENT_TOTAL: &str = "berth_peer_messages_sent_total";
 
 /// Counts one message sent to a peer.
-pub fn count_sent(call: &'static str, encoding: PayloadEncoding) {
-    let encoding = match encoding {
-        PayloadEncoding::Json => "json",
-        PayloadEncoding::Messagepack => "messagepack",
-    };
-    metrics::counter!(PEER_MESSAGES_SENT_TOTAL, "call" => call, "encoding" => encoding)
-        .increment(1);
+pub fn count_sent(call: &'static str) {
+    metrics::counter!(PEER_MESSAGES_SENT_TOTAL, "call" => call).increment(1);
 }
 
-/// The codec that `encoding` names.
-fn codec(encoding: PayloadEncoding) -> Encoding {
-    match encoding {
-        PayloadEncoding::Json => Encoding::Json,
-        PayloadEncoding::Messagepack => Encoding::MessagePack,
+/// Why a payload could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error("peer message format {got}, this node reads format {PEER_FORMAT_VERSION}")]
+    Format { got: u32 },
+}
+
+/// Encodes `value` as a payload.
+pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, WireError> {
+    Ok(codec::to_vec(value)?)
+}
+
+/// Decodes a payload.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, WireError> {
+    Ok(codec::from_slice(bytes)?)
+}
+
+/// Refuses a payload format other than this node's.
+pub fn check_format(format_version: u32) -> Result<(), WireError> {
+    if format_version == PEER_FORMAT_VERSION {
+        Ok(())
+    } else {
+        Err(WireError::Format {
+            got: format_version,
+        })
     }
 }
 
-/// Encodes `value` as `encoding` says.
-pub fn encode<T: Serialize + ?Sized>(
-    encoding: PayloadEncoding,
-    value: &T,
-) -> Result<Vec<u8>, String> {
-    codec(encoding).encode(value)
+/// Set in the details of a format refusal: a forwarding follower must not
+/// take it for "not leader", which is FAILED_PRECONDITION too, and retry.
+const FORMAT_REFUSAL_DETAILS: &[u8] = b"berth.raft.v1 format_version";
+
+/// The status a server refuses a request's format with.
+pub fn format_refusal(e: &WireError) -> Status {
+    Status::with_details(
+        Code::FailedPrecondition,
+        e.to_string(),
+        Bytes::from_static(FORMAT_REFUSAL_DETAILS),
+    )
 }
 
-/// Decodes `bytes`, encoded as `encoding` says.
-pub fn decode<T: DeserializeOwned>(encoding: PayloadEncoding, bytes: &[u8]) -> Result<T, String> {
-    codec(encoding).decode(bytes)
-}
-
-/// The encoding a message names; one this version does not know is an
-/// error, not a guess.
-pub fn named(encoding: i32) -> Result<PayloadEncoding, String> {
-    PayloadEncoding::try_from(encoding).map_err(|_| format!("unknown payload encoding {encoding}"))
-}
-
-/// What one peer is known to read. Starts at JSON; a reply that says the
-/// peer reads MessagePack switches it, and a failed call switches it back
-/// (the peer may have been replaced by an older version meanwhile).
-#[derive(Debug, Default)]
-pub struct PeerEncoding {
-    reads_messagepack: AtomicBool,
-}
-
-impl PeerEncoding {
-    /// The encoding to send the peer now.
-    pub fn current(&self) -> PayloadEncoding {
-        if self.reads_messagepack.load(Ordering::Relaxed) {
-            PayloadEncoding::Messagepack
-        } else {
-            PayloadEncoding::Json
-        }
-    }
-
-    /// Records what a reply said.
-    pub fn replied(&self, reads_messagepack: bool) {
-        self.reads_messagepack
-            .store(reads_messagepack, Ordering::Relaxed);
-    }
-
-    /// Records a failed call.
-    pub fn failed(&self) {
-        self.reads_messagepack.store(false, Ordering::Relaxed);
-    }
+/// Whether `status` is a peer's [`format_refusal`].
+pub fn is_format_refusal(status: &Status) -> bool {
+    status.code() == Code::FailedPrecondition && status.details() == FORMAT_REFUSAL_DETAILS
 }
 
 #[cfg(test)]
@@ -92,51 +76,40 @@ mod tests {
     use super::*;
     use berth_state::{Command, Request};
 
-    fn request() -> Request {
-        Request::new(Command::CancelJob {
-            job_id: 7,
-            now_ms: 1_000,
-        })
-    }
-
-    #[test]
-    fn both_encodings_round_trip_a_request() {
-        for encoding in [PayloadEncoding::Json, PayloadEncoding::Messagepack] {
-            let bytes = encode(encoding, &request()).expect("encode");
-            let back: Request = decode(encoding, &bytes).expect("decode");
-            assert_eq!(
-                serde_json::to_value(&back).expect("json"),
-                serde_json::to_value(request()).expect("json"),
-                "{encoding:?}"
-            );
-        }
-        // The two are different bytes: neither reads as the other.
-        let packed = encode(PayloadEncoding::Messagepack, &request()).expect("encode");
-        assert!(decode::<Request>(PayloadEncoding::Json, &packed).is_err());
-    }
-
-    /// Through MessagePack and back, compared by their Debug text (not
+    /// Through a payload and back, compared by their Debug text (not
     /// every openraft type has PartialEq).
-    fn packed_round_trip<T: Serialize + DeserializeOwned + std::fmt::Debug>(value: T) {
-        let bytes = encode(PayloadEncoding::Messagepack, &value).expect("encode");
-        let back: T = decode(PayloadEncoding::Messagepack, &bytes).expect("decode");
+    fn round_trip<T: Serialize + DeserializeOwned + std::fmt::Debug>(value: T) {
+        let bytes = encode(&value).expect("encode");
+        let back: T = decode(&bytes).expect("decode");
         assert_eq!(format!("{back:?}"), format!("{value:?}"));
     }
 
     #[test]
-    fn openraft_replies_and_errors_travel_packed() {
+    fn a_request_travels_as_the_store_encodes_it() {
+        let request = Request::new(Command::CancelJob {
+            job_id: 7,
+            now_ms: 1_000,
+        });
+        let bytes = encode(&request).expect("encode");
+        assert_eq!(bytes, codec::to_vec(&request).expect("pack"));
+        round_trip(request);
+        assert!(decode::<Request>(b"{\"version\":1}").is_err(), "not JSON");
+    }
+
+    #[test]
+    fn openraft_replies_and_errors_round_trip() {
         use openraft::error::{Fatal, InstallSnapshotError, RaftError, SnapshotMismatch};
         use openraft::raft::AppendEntriesResponse;
         use openraft::{CommittedLeaderId, LogId, SnapshotSegmentId, Vote};
 
         let log_id = LogId::new(CommittedLeaderId::new(3, 2), 41);
-        packed_round_trip(AppendEntriesResponse::<u64>::Success);
-        packed_round_trip(AppendEntriesResponse::<u64>::PartialSuccess(Some(log_id)));
-        packed_round_trip(AppendEntriesResponse::<u64>::PartialSuccess(None));
-        packed_round_trip(AppendEntriesResponse::<u64>::Conflict);
-        packed_round_trip(AppendEntriesResponse::<u64>::HigherVote(Vote::new(4, 3)));
-        packed_round_trip(RaftError::<u64>::Fatal(Fatal::Stopped));
-        packed_round_trip(RaftError::<u64, InstallSnapshotError>::APIError(
+        round_trip(AppendEntriesResponse::<u64>::Success);
+        round_trip(AppendEntriesResponse::<u64>::PartialSuccess(Some(log_id)));
+        round_trip(AppendEntriesResponse::<u64>::PartialSuccess(None));
+        round_trip(AppendEntriesResponse::<u64>::Conflict);
+        round_trip(AppendEntriesResponse::<u64>::HigherVote(Vote::new(4, 3)));
+        round_trip(RaftError::<u64>::Fatal(Fatal::Stopped));
+        round_trip(RaftError::<u64, InstallSnapshotError>::APIError(
             InstallSnapshotError::SnapshotMismatch(SnapshotMismatch {
                 expect: SnapshotSegmentId {
                     id: "1-2-3".into(),
@@ -151,22 +124,20 @@ mod tests {
     }
 
     #[test]
-    fn unknown_encodings_are_refused() {
-        assert_eq!(named(0), Ok(PayloadEncoding::Json));
-        assert_eq!(named(1), Ok(PayloadEncoding::Messagepack));
-        assert!(named(2).unwrap_err().contains("unknown payload encoding 2"));
-    }
-
-    #[test]
-    fn a_peer_is_sent_messagepack_only_after_saying_it_reads_it() {
-        let peer = PeerEncoding::default();
-        assert_eq!(peer.current(), PayloadEncoding::Json);
-        peer.replied(true);
-        assert_eq!(peer.current(), PayloadEncoding::Messagepack);
-        peer.failed();
-        assert_eq!(peer.current(), PayloadEncoding::Json);
-        peer.replied(true);
-        peer.replied(false);
-        assert_eq!(peer.current(), PayloadEncoding::Json);
+    fn another_format_is_refused_naming_both() {
+        assert!(check_format(PEER_FORMAT_VERSION).is_ok());
+        for got in [0, 2] {
+            let e = check_format(got).expect_err("refused");
+            assert_eq!(
+                e.to_string(),
+                format!("peer message format {got}, this node reads format 1")
+            );
+            let status = format_refusal(&e);
+            assert_eq!(status.code(), Code::FailedPrecondition);
+            assert!(is_format_refusal(&status));
+        }
+        assert!(!is_format_refusal(&Status::failed_precondition(
+            "not leader"
+        )));
     }
 }

@@ -28,9 +28,6 @@ pub mod berth {
     }
 }
 
-pub mod grpc_frame;
-pub mod submit_wire;
-
 pub use berth::agent::v1 as agent;
 pub use berth::raft::v1 as raft;
 pub use berth::v1 as api;
