@@ -16,6 +16,14 @@
 //! both pay their follower-to-leader forwarding; `--to leader` sends every
 //! request to the leader instead. Levels alternate Berth then etcd, so a
 //! change in the machine's load hits both.
+//!
+//! Both run as a site runs them unless `--insecure` is given: Berth with
+//! its cluster secret, user authentication (each submit carries a user's
+//! token, as `berth`/`sbatch` send it) and TLS on every port it serves
+//! gRPC on; etcd with TLS on its client and peer ports (peers verify each
+//! other's certificates), from the same throwaway CA, which the benchmark's
+//! clients of both trust. `--insecure` runs both in plain text without
+//! authentication, for comparison.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +31,8 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use berth_auth::grpc::AttachCredentials;
+use berth_proto::api::berth_api_client::BerthApiClient;
 use berth_proto::api::SubmitJobRequest;
 use tonic::transport::Channel;
 
@@ -61,7 +71,16 @@ pub struct BenchOptions {
     pub dir: Option<PathBuf>,
     /// Run only Berth (no etcd), e.g. to profile it alone.
     pub berth_only: bool,
+    /// Both systems in plain text and Berth without authentication, in
+    /// place of the shipped configuration (TLS, cluster secret and user
+    /// tokens on; etcd with TLS on its client and peer ports).
+    pub insecure: bool,
 }
+
+/// The user whose token the benchmark's submits carry (no admin role).
+const BENCH_USER: &str = "alice";
+/// How long that token is valid: longer than any run the bounds allow.
+const BENCH_TOKEN_TTL_S: u64 = 7 * 24 * 3_600;
 
 /// One system at one concurrency.
 #[derive(Debug, Clone, Default)]
@@ -120,7 +139,7 @@ fn bench_spec() -> berth_scheduler::JobSpec {
     .collect();
     berth_scheduler::JobSpec {
         name: "train-resnet50".into(),
-        user: "alice".into(),
+        user: BENCH_USER.into(),
         command: "python train.py --arch resnet50 --epochs 90 --batch-size 256 \
                   --data /datasets/imagenet --out runs/$SLURM_JOB_ID"
             .into(),
@@ -238,11 +257,115 @@ async fn etcd_status(channel: Channel) -> Result<EtcdStatusResponse, tonic::Stat
     .await
 }
 
+/// The files etcd's members serve TLS with, on their client and their
+/// peer ports: one certificate for 127.0.0.1 usable as server and as
+/// client (a member presents it to the others it dials), and the CA that
+/// signed it.
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+impl EtcdTls {
+    /// Makes etcd's certificate in `dir` with the `openssl` command,
+    /// signed by the CA in `ca_dir` (`ca.pem`, `ca.key`: the harness's
+    /// test CA under a TLS cluster's `tls/`), so one CA serves both
+    /// systems and this process's clients trust both.
+    pub fn make(dir: &Path, ca_dir: &Path) -> anyhow::Result<EtcdTls> {
+        std::fs::create_dir_all(dir)?;
+        let (ca, ca_key) = (ca_dir.join("ca.pem"), ca_dir.join("ca.key"));
+        std::fs::write(
+            dir.join("ext.cnf"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature,keyEncipherment\n\
+             extendedKeyUsage=serverAuth,clientAuth\n",
+        )?;
+        let ca_arg = ca.display().to_string();
+        let ca_key_arg = ca_key.display().to_string();
+        let steps: [&[&str]; 2] = [
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                "etcd.key",
+                "-out",
+                "etcd.csr",
+                "-subj",
+                "/CN=127.0.0.1",
+            ],
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "etcd.csr",
+                "-CA",
+                &ca_arg,
+                "-CAkey",
+                &ca_key_arg,
+                "-CAcreateserial",
+                "-CAserial",
+                "etcd.srl",
+                "-out",
+                "etcd.pem",
+                "-days",
+                "2",
+                "-extfile",
+                "ext.cnf",
+            ],
+        ];
+        for args in steps {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .context("running openssl")?;
+            anyhow::ensure!(
+                out.status.success(),
+                "openssl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(EtcdTls {
+            cert: dir.join("etcd.pem"),
+            key: dir.join("etcd.key"),
+            ca,
+        })
+    }
+
+    /// etcd's flags for TLS on both ports: clients are not asked for a
+    /// certificate (as Berth's are not), peers must present one. No
+    /// `--trusted-ca-file`: etcd 3.4 requires client certificates whenever
+    /// it is set, whatever `--client-cert-auth` says.
+    fn flags(&self) -> Vec<std::ffi::OsString> {
+        let mut flags: Vec<std::ffi::OsString> = Vec::new();
+        for (flag, path) in [
+            ("--cert-file", &self.cert),
+            ("--key-file", &self.key),
+            ("--peer-cert-file", &self.cert),
+            ("--peer-key-file", &self.key),
+            ("--peer-trusted-ca-file", &self.ca),
+        ] {
+            flags.push(flag.into());
+            flags.push(path.into());
+        }
+        flags.push("--client-cert-auth=false".into());
+        flags.push("--peer-client-cert-auth=true".into());
+        flags
+    }
+}
+
 /// A 3-member etcd on loopback, each member with its own data dir. Dropping
 /// it kills (SIGKILL) every member it started, by PID.
 pub struct EtcdCluster {
     members: Vec<(String, Child)>,
     pub version: String,
+    /// Whether its client and peer ports speak TLS.
+    pub tls: bool,
 }
 
 impl EtcdCluster {
@@ -254,7 +377,10 @@ impl EtcdCluster {
             .unwrap_or_else(|| PathBuf::from("/usr/bin/etcd"))
     }
 
-    pub fn start(dir: &Path) -> anyhow::Result<EtcdCluster> {
+    /// Starts the members under `dir`, with TLS on the client and peer
+    /// ports when `tls` is given (this process's clients then need its CA:
+    /// [`berth_auth::tls::set_client_ca`]).
+    pub fn start(dir: &Path, tls: Option<&EtcdTls>) -> anyhow::Result<EtcdCluster> {
         let etcd = Self::binary();
         let version = std::process::Command::new(&etcd)
             .arg("--version")
@@ -270,15 +396,17 @@ impl EtcdCluster {
         for _ in 0..MEMBERS {
             ports.push((harness::free_port()?, harness::free_port()?));
         }
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let initial_cluster: Vec<String> = ports
             .iter()
             .enumerate()
-            .map(|(i, (_, peer))| format!("e{i}=http://127.0.0.1:{peer}"))
+            .map(|(i, (_, peer))| format!("e{i}={scheme}://127.0.0.1:{peer}"))
             .collect();
         let initial_cluster = initial_cluster.join(",");
         let mut cluster = EtcdCluster {
             members: Vec::new(),
             version,
+            tls: tls.is_some(),
         };
         for (i, (client, peer)) in ports.iter().enumerate() {
             let log = std::fs::File::create(dir.join(format!("etcd-{i}.log")))?;
@@ -288,13 +416,13 @@ impl EtcdCluster {
                 .arg(dir.join(format!("etcd-{i}")))
                 .args([
                     "--listen-client-urls",
-                    &format!("http://127.0.0.1:{client}"),
+                    &format!("{scheme}://127.0.0.1:{client}"),
                     "--advertise-client-urls",
-                    &format!("http://127.0.0.1:{client}"),
+                    &format!("{scheme}://127.0.0.1:{client}"),
                     "--listen-peer-urls",
-                    &format!("http://127.0.0.1:{peer}"),
+                    &format!("{scheme}://127.0.0.1:{peer}"),
                     "--initial-advertise-peer-urls",
-                    &format!("http://127.0.0.1:{peer}"),
+                    &format!("{scheme}://127.0.0.1:{peer}"),
                     "--initial-cluster",
                     &initial_cluster,
                     "--initial-cluster-state",
@@ -306,6 +434,7 @@ impl EtcdCluster {
                     "--log-level",
                     "warn",
                 ])
+                .args(tls.map(EtcdTls::flags).unwrap_or_default())
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(log.try_clone()?))
                 .stderr(Stdio::from(log))
@@ -316,10 +445,18 @@ impl EtcdCluster {
         Ok(cluster)
     }
 
+    /// One channel per member: TLS with this process's CA when the
+    /// cluster runs TLS (the same client setting Berth's clients use).
     pub async fn channels(&self) -> anyhow::Result<Vec<Channel>> {
+        anyhow::ensure!(
+            self.tls == berth_auth::tls::client_tls_on(),
+            "etcd's TLS ({}) and this process's client setting ({}) differ",
+            self.tls,
+            berth_auth::tls::client_tls_on()
+        );
         let mut out = Vec::new();
         for (addr, _) in &self.members {
-            let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+            let channel = berth_auth::tls::endpoint(addr)?
                 .connect_timeout(Duration::from_millis(500))
                 .connect()
                 .await
@@ -472,6 +609,39 @@ async fn berth_leader(cluster: &LocalCluster) -> anyhow::Result<u64> {
     Ok(cluster.wait_for_leader(LEADER_DEADLINE).await?)
 }
 
+/// A Berth client as a user's is: TLS when this process has a CA (the
+/// harness sets it for a TLS cluster), and the user's token on every call
+/// when there is one; no cluster secret.
+async fn user_client(addr: &str, token: Option<&str>) -> anyhow::Result<HarnessClient> {
+    let channel = berth_auth::tls::endpoint(addr)?
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(REQUEST_TIMEOUT)
+        .connect()
+        .await
+        .with_context(|| format!("connecting to Berth at {addr}"))?;
+    Ok(BerthApiClient::with_interceptor(
+        channel,
+        AttachCredentials::bearer(token),
+    ))
+}
+
+/// How the benchmark runs each system, for the report.
+fn configuration(insecure: bool) -> (&'static str, &'static str, &'static str) {
+    if insecure {
+        (
+            "insecure",
+            "plain text, no authentication",
+            "plain text on client and peer ports",
+        )
+    } else {
+        (
+            "tls+auth",
+            "TLS, cluster secret, user token on every submit",
+            "TLS on client and peer ports (peer certificates verified), no etcd auth",
+        )
+    }
+}
+
 /// Runs the benchmark and prints each level; returns each level's JSON
 /// object (the line printed after its row), for `--json` and `--plot`.
 pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<Vec<serde_json::Value>> {
@@ -495,25 +665,50 @@ pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<Vec<serde_jso
         .unwrap_or_else(|| tmp.path().to_path_buf());
     let value_bytes = submit_entry_bytes()?;
 
+    let secure = !options.insecure;
+    let (config_name, berth_config, etcd_config) = configuration(options.insecure);
     let berth_options = ClusterOptions {
         agents: 0,
+        auth: secure,
+        tls: secure,
         ..ClusterOptions::default()
     };
-    let berth = LocalCluster::start(&dir.join("berth"), &berth_options)
-        .context("starting the Berth cluster")?;
+    // With TLS, the harness makes the CA under `berth/tls/` and has this
+    // process's clients trust it; etcd's certificate comes from it too.
+    let berth_dir = dir.join("berth");
+    let berth =
+        LocalCluster::start(&berth_dir, &berth_options).context("starting the Berth cluster")?;
+    anyhow::ensure!(
+        berth_auth::tls::client_tls_on() == secure,
+        "this process's client TLS setting was made before the benchmark's"
+    );
     let etcd = if options.berth_only {
         None
     } else {
-        Some(EtcdCluster::start(&dir.join("etcd")).context("starting etcd")?)
+        let tls = if secure {
+            Some(
+                EtcdTls::make(&dir.join("etcd-tls"), &berth_dir.join("tls"))
+                    .context("making etcd's certificate")?,
+            )
+        } else {
+            None
+        };
+        Some(EtcdCluster::start(&dir.join("etcd"), tls.as_ref()).context("starting etcd")?)
     };
     let berth_leader_id = berth_leader(&berth).await?;
     berth.wait_caught_up(LEADER_DEADLINE).await?;
+    // A user's token (no admin role) for the user the submits name.
+    let token = if secure {
+        Some(berth.token(BENCH_USER, false, BENCH_TOKEN_TTL_S)?)
+    } else {
+        None
+    };
     let mut berth_clients: Vec<HarnessClient> = Vec::new();
     for id in 1..=MEMBERS as u64 {
         if options.target == Target::Leader && id != berth_leader_id {
             continue;
         }
-        berth_clients.push(harness::connect(&berth.addr(id)?).await?);
+        berth_clients.push(user_client(&berth.addr(id)?, token.as_deref()).await?);
     }
     let mut etcd_channels = Vec::new();
     if let Some(etcd) = &etcd {
@@ -524,7 +719,8 @@ pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<Vec<serde_jso
         }
     }
     println!(
-        "raft-writes: 3-node Berth (leader node {berth_leader_id}) vs 3-member {}; \
+        "raft-writes [{config_name}]: 3-node Berth (leader node {berth_leader_id}; \
+         {berth_config}) vs 3-member {} ({etcd_config}); \
          {}s per level after {}s warm-up; requests to {:?}; etcd value {value_bytes} bytes \
          (a submit's log entry); work dir {}",
         etcd.as_ref()
@@ -618,6 +814,7 @@ pub async fn raft_writes(options: &BenchOptions) -> anyhow::Result<Vec<serde_jso
                 "seconds": options.seconds,
                 "warmup_seconds": options.warmup_seconds,
                 "target": format!("{:?}", options.target).to_lowercase(),
+                "config": config_name,
                 "value_bytes": value_bytes,
                 "berth": berth_result.json(),
                 "etcd": etcd_result.json(),
@@ -651,6 +848,31 @@ mod tests {
         assert_eq!(percentile(&samples, 1.0), 100.0);
         assert_eq!(percentile(&[7.0], 0.99), 7.0);
         assert_eq!(percentile(&[], 0.99), 0.0);
+    }
+
+    #[test]
+    fn etcd_tls_verifies_peers_and_asks_clients_for_no_certificate() {
+        let tls = EtcdTls {
+            cert: "c.pem".into(),
+            key: "c.key".into(),
+            ca: "ca.pem".into(),
+        };
+        let flags: Vec<String> = tls
+            .flags()
+            .iter()
+            .map(|f| f.to_string_lossy().into_owned())
+            .collect();
+        for pair in [
+            ["--cert-file", "c.pem"],
+            ["--peer-key-file", "c.key"],
+            ["--peer-trusted-ca-file", "ca.pem"],
+        ] {
+            assert!(flags.windows(2).any(|w| w == pair), "{pair:?} in {flags:?}");
+        }
+        assert!(flags.contains(&"--peer-client-cert-auth=true".to_string()));
+        assert!(flags.contains(&"--client-cert-auth=false".to_string()));
+        // etcd 3.4 would require client certificates with it.
+        assert!(!flags.contains(&"--trusted-ca-file".to_string()));
     }
 
     #[test]

@@ -616,19 +616,18 @@ impl LocalCluster {
 
     /// Node `id`'s gRPC address.
     pub fn addr(&self, id: u64) -> Result<String, HarnessError> {
-        self.nodes
-            .iter()
-            .find(|n| n.id == id)
-            .map(|n| n.addr.clone())
-            .ok_or(HarnessError::NoSuchNode(id))
+        self.node(id).map(|n| n.addr.clone())
     }
 
     /// Node `id`'s HTTP address (metrics, health, REST).
     pub fn http_addr(&self, id: u64) -> Result<String, HarnessError> {
+        self.node(id).map(|n| n.metrics_addr.clone())
+    }
+
+    fn node(&self, id: u64) -> Result<&NodeProc, HarnessError> {
         self.nodes
             .iter()
             .find(|n| n.id == id)
-            .map(|n| n.metrics_addr.clone())
             .ok_or(HarnessError::NoSuchNode(id))
     }
 

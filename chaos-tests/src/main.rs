@@ -4,7 +4,8 @@
 //! loopback), then repeatedly kills the leader with SIGKILL, measures the
 //! time until the survivors agree on a new leader and until that leader's
 //! first scheduling pass, and restarts the killed node. It prints each
-//! round and both distributions (`failover`).
+//! round and both distributions (`failover`). The cluster runs with TLS,
+//! the cluster secret and user auth on; `--insecure` turns them off.
 //!
 //! `berth-drill snapshot-transfer --jobs N` restores an N-job state on node
 //! 1, adds an empty node 2 as a learner and checks that the chunked Raft
@@ -20,14 +21,14 @@
 //!
 //! `berth-drill bench raft-writes` measures acknowledged submits per second
 //! and their latency on a 3-node cluster next to a 3-member etcd (see
-//! `bench`).
+//! `bench`), both with TLS (and Berth with auth) unless `--insecure`.
 //!
 //! `berth-drill bench pass-grid` times the scheduling pass over a grid of
 //! pending jobs × hosts, and can plot it (see `pass_grid`, `plots`).
 //!
 //! `berth-drill bench sbatch` runs parallel `sbatch -H --wrap true`
 //! processes against a single-host slurmctld and against a 3-node Berth
-//! through its `sbatch` symlink, alternating; `bench sbatch-durability`
+//! through `berth` linked as `sbatch`, alternating; `bench sbatch-durability`
 //! kills the controller(s) with SIGKILL right after N acknowledged submits
 //! and counts lost jobs and reused ids (see `slurm_peer`).
 
@@ -65,6 +66,10 @@ enum Drill {
         /// Directory for the cluster's data and logs (default: a temp dir).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// Run the cluster in plain text without authentication, in place
+        /// of the shipped configuration (TLS, cluster secret, user auth).
+        #[arg(long)]
+        insecure: bool,
     },
     /// Restore a large state on node 1, add an empty node 2 as a learner,
     /// and check it is brought up to date by a chunked snapshot and ends
@@ -188,6 +193,11 @@ enum Bench {
         /// Run Berth alone (no etcd), e.g. while profiling it.
         #[arg(long)]
         berth_only: bool,
+        /// Run both systems in plain text, Berth without authentication,
+        /// in place of the shipped configuration (Berth with TLS, cluster
+        /// secret and user tokens; etcd with TLS on client and peer ports).
+        #[arg(long)]
+        insecure: bool,
         /// Directory for both clusters' data and logs (default: a temp dir).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -229,7 +239,7 @@ enum Bench {
         from_json: Option<std::path::PathBuf>,
     },
     /// Held submits/s through `sbatch` processes: a single-host slurmctld
-    /// vs a 3-node Berth (its `sbatch` symlink), alternating.
+    /// vs a 3-node Berth (`berth` linked as `sbatch`), alternating.
     Sbatch {
         /// Parallel submitters, each running one sbatch process at a time.
         #[arg(long, default_value_t = 8)]
@@ -252,7 +262,7 @@ enum Bench {
         dir: Option<std::path::PathBuf>,
         /// The do-nothing program each round also runs the same way, to
         /// measure what starting it alone allows on this machine (a static
-        /// one for the floor of a static client such as Berth's `sbatch`).
+        /// one for the floor of a static client).
         #[arg(long, default_value = "/bin/true", conflicts_with = "no_floor")]
         floor: std::path::PathBuf,
         /// Skip the floor phase.
@@ -389,9 +399,13 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             }
             Ok(report.passed())
         }
-        Drill::Failover { rounds, dir } => {
-            berth_chaos::failover::run(rounds, dir).await.map(|_| true)
-        }
+        Drill::Failover {
+            rounds,
+            dir,
+            insecure,
+        } => berth_chaos::failover::run(rounds, dir, insecure)
+            .await
+            .map(|_| true),
         Drill::SnapshotTransfer {
             jobs,
             catch_up_deadline_s,
@@ -441,6 +455,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                     warmup_seconds,
                     to,
                     berth_only,
+                    insecure,
                     dir,
                     json,
                     plot,
@@ -458,6 +473,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                             target: to,
                             dir,
                             berth_only,
+                            insecure,
                         })
                         .await?;
                     berth_chaos::bench::raft_writes_json(levels)
