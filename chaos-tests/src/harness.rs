@@ -1142,14 +1142,16 @@ fn make_test_certificates(dir: &Path) -> Result<PathBuf, HarnessError> {
     std::fs::write(
         dir.join("ext.cnf"),
         "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-         keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+         keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
     )?;
     let steps: [&[&str]; 3] = [
         &[
             "req",
             "-x509",
             "-newkey",
-            "rsa:2048",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
             "-nodes",
             "-keyout",
             "ca.key",
@@ -1163,7 +1165,9 @@ fn make_test_certificates(dir: &Path) -> Result<PathBuf, HarnessError> {
         &[
             "req",
             "-newkey",
-            "rsa:2048",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
             "-nodes",
             "-keyout",
             "node.key",
