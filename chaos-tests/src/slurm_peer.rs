@@ -20,9 +20,8 @@
 //! a process start costs on this machine is measured beside both systems.
 //! Its rate is the most a client that starts no faster than that program
 //! could reach here, with a server that cost nothing. `/bin/true` is a
-//! dynamic glibc program, as `berth` is; a static client starts for less
-//! (BENCHMARKS.md, "Slurm peer"), and `--floor` with a static do-nothing
-//! program measures the floor for such a client.
+//! dynamic glibc program, as `berth` is; `--floor` names another program
+//! to measure the floor of a client built differently.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

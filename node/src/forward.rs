@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_auth::grpc::AttachCredentials;
-use berth_proto::raft::{RaftMessage, RaftReply};
+use berth_proto::raft::RaftReply;
 use berth_state::{Command, Response, COMMAND_VERSION};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -231,13 +231,12 @@ async fn call(
     method: PeerMethod,
     payload: Vec<u8>,
 ) -> Result<RaftReply, tonic::Status> {
-    wire::count_sent(method.name());
-    let message = RaftMessage {
-        payload,
-        format_version: wire::PEER_FORMAT_VERSION,
-    };
     client
-        .call(method, message, Duration::from_millis(FORWARD_TIMEOUT_MS))
+        .call(
+            method,
+            method.message(payload),
+            Duration::from_millis(FORWARD_TIMEOUT_MS),
+        )
         .await
 }
 

@@ -122,6 +122,16 @@ impl PeerMethod {
             PeerMethod::ForwardBatch => "ForwardBatch",
         }
     }
+
+    /// The message that carries `payload` (already encoded) to a peer,
+    /// counted as sent.
+    pub fn message(self, payload: Vec<u8>) -> RaftMessage {
+        wire::count_sent(self.name());
+        RaftMessage {
+            payload,
+            format_version: wire::PEER_FORMAT_VERSION,
+        }
+    }
 }
 
 /// A peer's `RaftTransport` through tonic's channel (with TLS when the
@@ -308,11 +318,7 @@ impl PeerConnection {
         };
         let payload =
             wire::encode(request).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let message = RaftMessage {
-            payload,
-            format_version: wire::PEER_FORMAT_VERSION,
-        };
-        wire::count_sent(method.name());
+        let message = method.message(payload);
         let timeout = option.hard_ttl();
         let reply = match method {
             PeerMethod::AppendEntries => self.append_entries_call(&client, message, timeout).await,
